@@ -1,0 +1,29 @@
+"""tilesafe: memory-safe, data-race-free tile kernels for GPUs, with an exact numpy interpreter.
+
+Host side (this module, ``import tilesafe as ts``): kernels, tensors, partitions, DeviceOps.
+Device side: ``import tilesafe.core as tc``.
+"""
+
+from . import errors
+from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
+                     int64, uint8, uint16, uint32, uint64)
+from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, KernelRuntimeError,
+                     LaunchError, MovedError, PartitionError, SafetyError, TilesafeError,
+                     UnsafeError)
+from .exec.deviceop import DeviceOp
+from .kernel import Kernel, function, kernel, unsafe
+from .runtime.device import Device, default_device, devices
+from .runtime.factory import arange, empty, full, ones, tensor, zeros
+from .runtime.partition import Partition
+from .runtime.tensor import Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "kernel", "function", "unsafe", "Kernel", "DeviceOp", "Tensor", "Partition", "Device",
+    "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "tensor",
+    "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
+    "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
+    "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "__version__",
+]

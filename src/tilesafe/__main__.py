@@ -1,0 +1,5 @@
+"""``python -m tilesafe`` runs the command-line interface."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable) and
+``demo`` (the README example, timed, on the default device)."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from . import __version__
+    from .runtime.device import default_device, devices, probe_gpu
+    probe = probe_gpu()
+    print(f"tilesafe {__version__}")
+    print(f"python   {platform.python_version()} ({sys.executable})")
+    print(f"numpy    {np.__version__}")
+    print(f"devices  {', '.join(d.name for d in devices())} (default: {default_device()})")
+    print(f"gpu      {'available' if probe.available else 'not usable'}: {probe.reason}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+    return run_demo(n=args.n, tile=args.tile)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="tilesafe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="version, devices and GPU status").set_defaults(fn=cmd_info)
+    demo = sub.add_parser("demo", help="run the README example on the default device")
+    demo.add_argument("--n", type=int, default=1 << 20, help="vector length (default 2**20)")
+    demo.add_argument("--tile", type=int, default=1024, help="tile size (default 1024)")
+    demo.set_defaults(fn=cmd_demo)
+    args = parser.parse_args(argv)
+    return args.fn(args)

@@ -1,0 +1,263 @@
+"""The IR builder: emits type-checked operations into the current block.
+
+It also owns the coercion rules every builtin shares, so they are written once:
+
+* Python scalars are *weak*: an ``int`` literal takes the dtype of the tile it meets (it must
+  fit), a ``float`` literal only meets float tiles, a ``bool`` only bool tiles. Alone, they
+  default to i32 / f32 / bool.
+* Two tiles must have the same dtype; there is no implicit promotion (use ``.astype``).
+* Shapes broadcast by numpy's rules; the builder inserts explicit ``reshape``/``broadcast`` ops
+  so that every elementwise IR op sees operands of one shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from typing import Any, Iterator, Optional, Sequence
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import (BroadcastError, CompileError, DTypeError, Location, ShapeError,
+                      TileShapeError)
+from .ir import Block, Operation, Value
+from .registry import get_op
+from .types import TileType, broadcast_shapes, tile_shape_problem
+
+PyScalar = (bool, int, float)
+
+
+def is_py_scalar(x: Any) -> bool:
+    return isinstance(x, PyScalar) and not isinstance(x, DType)
+
+
+def default_dtype(x: Any) -> DType:
+    if isinstance(x, bool):
+        return dt.bool_
+    if isinstance(x, int):
+        return dt.int32
+    return dt.float32
+
+
+def describe(x: Any) -> str:
+    """A short human description of a frontend value, for error messages."""
+    if isinstance(x, Value):
+        return str(x.type)
+    if isinstance(x, bool):
+        return f"bool constant {x}"
+    if isinstance(x, numbers.Number):
+        return f"{type(x).__name__} constant {x!r}"
+    if isinstance(x, tuple):
+        return f"tuple of {len(x)}"
+    return type(x).__name__
+
+
+class IRBuilder:
+    """Appends operations to a stack of blocks; ``location`` is the source line being built."""
+
+    def __init__(self, kernel_name: str):
+        self.kernel_name = kernel_name
+        self.location: Optional[Location] = None
+        self._blocks: list[Block] = []
+
+    # -- blocks ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def inside(self, block: Block) -> Iterator[Block]:
+        self._blocks.append(block)
+        try:
+            yield block
+        finally:
+            self._blocks.pop()
+
+    @property
+    def block(self) -> Block:
+        return self._blocks[-1]
+
+    @contextlib.contextmanager
+    def at(self, location: Optional[Location]) -> Iterator[None]:
+        saved = self.location
+        if location is not None:
+            self.location = location
+        try:
+            yield
+        finally:
+            self.location = saved
+
+    # -- emission -------------------------------------------------------------------------
+    def emit(self, name: str, operands: Sequence[Value], attrs: Optional[dict] = None,
+             regions: Sequence[Block] = ()) -> tuple[Value, ...]:
+        definition = get_op(name)
+        attrs = dict(attrs or {})
+        try:
+            result_types = definition.infer(tuple(v.type for v in operands), attrs)
+        except CompileError as err:
+            raise err.with_context(location=self.location, kernel=self.kernel_name)
+        for rt in result_types:
+            if isinstance(rt, TileType):
+                self.check_tile_shape(rt.shape)
+        results = tuple(Value(t) for t in result_types)
+        self.block.ops.append(Operation(name, tuple(operands), results, attrs, self.location,
+                                        tuple(regions)))
+        return results
+
+    def emit1(self, name: str, operands: Sequence[Value], attrs: Optional[dict] = None) -> Value:
+        (result,) = self.emit(name, operands, attrs)
+        return result
+
+    def error(self, cls: type[CompileError], message: str, hint: str = "") -> CompileError:
+        """An error of ``cls`` at the current location (raise it)."""
+        return cls(message, self.location, kernel=self.kernel_name, hint=hint)
+
+    def check_tile_shape(self, shape: tuple[int, ...]) -> None:
+        problem = tile_shape_problem(shape)
+        if problem:
+            raise self.error(TileShapeError, problem,
+                             "tile dimensions must be compile-time powers of two (1, 2, 4, ...) "
+                             "with at most 2**24 elements; edge tiles are padded and masked, so "
+                             "round the tile size up to a power of two")
+
+    # -- values ---------------------------------------------------------------------------
+    def constant(self, value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Value:
+        if not dtype.fits(value):
+            raise self.error(DTypeError, f"constant {value!r} does not fit in {dtype.short}",
+                             f"use a value in range for {dtype.short} or convert the tile with "
+                             f".astype(...) first")
+        return self.emit1("constant", (), {"value": value, "dtype": dtype, "shape": tuple(shape)})
+
+    def tile(self, x: Any, what: str = "operand") -> Value:
+        """``x`` as a tile value; Python scalars become constants of their default dtype."""
+        if isinstance(x, Value) and isinstance(x.type, TileType):
+            return x
+        if is_py_scalar(x):
+            return self.constant(x, default_dtype(x))
+        if isinstance(x, Value):
+            raise self.error(CompileError, f"{what} is a {x.type}, not a tile",
+                             "load a tile from a tensor first: tc.load_tile_like(x, z), z.load() "
+                             "or x.partition(shape).load(index)")
+        raise self.error(CompileError, f"{what} must be a tile or a scalar, got {describe(x)}")
+
+    def scalar_int(self, x: Any, what: str = "index") -> Value:
+        """A rank-0 integer value (i32 for Python ints)."""
+        v = self.tile(x, what)
+        if not (v.type.is_scalar and v.type.dtype.is_int):
+            raise self.error(DTypeError, f"{what} must be an integer scalar, got {v.type}")
+        return v
+
+    def dtype_arg(self, x: Any, what: str) -> DType:
+        """A compile-time dtype argument (``tc.f32``, ``"f32"``, ``float``...)."""
+        if isinstance(x, Value) or x is None:
+            raise self.error(DTypeError, f"{what}: expected a dtype such as tc.f32, got "
+                             f"{describe(x)}")
+        try:
+            return dt.as_dtype(x)
+        except TypeError as err:
+            raise self.error(DTypeError, f"{what}: {err}") from None
+
+    def shape_arg(self, x: Any, what: str) -> tuple[int, ...]:
+        """A compile-time shape: an int or a tuple of ints (Const parameters are ints)."""
+        items = x if isinstance(x, tuple) else (x,)
+        for d in items:
+            if isinstance(d, Value) or not isinstance(d, int) or isinstance(d, bool):
+                raise self.error(TileShapeError,
+                                 f"{what}: shape {describe(x) if not isinstance(x, tuple) else x}"
+                                 f" is not a compile-time constant",
+                                 "tile shapes must be known when the kernel is compiled: use "
+                                 "integer literals or tc.Const[int] parameters")
+        return tuple(items)
+
+    def int_arg(self, x: Any, what: str) -> int:
+        """A compile-time integer argument (an axis, a size)."""
+        if isinstance(x, Value) or not isinstance(x, int) or isinstance(x, bool):
+            raise self.error(CompileError, f"{what} must be a compile-time integer, got "
+                             f"{describe(x)}", "use a literal or a tc.Const[int] parameter")
+        return x
+
+    def axis_arg(self, x: Any, rank: int, what: str) -> int:
+        """A compile-time axis in [-rank, rank), normalized to [0, rank)."""
+        axis = self.int_arg(x, f"{what} axis")
+        if not -rank <= axis < rank:
+            raise self.error(ShapeError, f"{what}: axis {axis} is out of range for rank {rank}",
+                             f"use an axis in [{-rank}, {rank - 1}]")
+        return axis % rank
+
+    def common_dtype(self, xs: Sequence[Any], what: str) -> DType:
+        tiles = [x for x in xs if isinstance(x, Value)]
+        if not tiles:
+            kinds = [default_dtype(x) for x in xs]
+            if any(d.is_float for d in kinds):
+                return dt.float32
+            if any(d.is_int for d in kinds):
+                return dt.int32
+            return dt.bool_
+        first = tiles[0].type.dtype
+        for t in tiles[1:]:
+            if t.type.dtype is not first:
+                raise self.error(
+                    DTypeError,
+                    f"{what}: element types differ ({first.short} and {t.type.dtype.short})",
+                    f"convert one side explicitly, e.g. x.astype(tc.{first.short}); tilesafe "
+                    f"never promotes element types implicitly")
+        for x in xs:
+            if is_py_scalar(x) and not self._weak_fits(x, first):
+                raise self.error(
+                    DTypeError,
+                    f"{what}: {describe(x)} cannot be combined with a {first.short} tile",
+                    self._weak_hint(x, first))
+        return first
+
+    @staticmethod
+    def _weak_fits(x: Any, dtype: DType) -> bool:
+        if isinstance(x, bool):
+            return dtype.is_bool or dtype.is_int
+        if isinstance(x, int):
+            return not dtype.is_bool and dtype.fits(x)
+        return dtype.is_float
+
+    @staticmethod
+    def _weak_hint(x: Any, dtype: DType) -> str:
+        if isinstance(x, float):
+            return f"use an integer literal, or convert the tile: t.astype(tc.f32)"
+        if isinstance(x, int) and dtype.is_int:
+            return f"the literal is out of range for {dtype.short}; use a wider dtype"
+        return f"convert the tile with .astype(...) to a dtype that can hold {x!r}"
+
+    def coerce(self, xs: Sequence[Any], what: str,
+               dtype: Optional[DType] = None) -> list[Value]:
+        """Make tiles of one dtype and one (broadcast) shape out of ``xs``."""
+        for x in xs:
+            if not (is_py_scalar(x) or isinstance(x, Value)):
+                raise self.error(CompileError, f"{what}: operand is a {describe(x)}, not a tile")
+            if isinstance(x, Value) and not isinstance(x.type, TileType):
+                self.tile(x, what)  # raises the explanatory error
+        target = dtype or self.common_dtype(xs, what)
+        shape: tuple[int, ...] = ()
+        for x in xs:
+            if isinstance(x, Value):
+                new = broadcast_shapes(shape, x.type.shape)
+                if new is None:
+                    shapes = " and ".join(str(v.type.shape) for v in xs if isinstance(v, Value))
+                    raise self.error(BroadcastError,
+                                     f"{what}: shapes {shapes} cannot be broadcast together",
+                                     "numpy rules apply: align shapes from the right; each "
+                                     "dimension must be equal or 1. Use tc.reshape/tc.broadcast "
+                                     "or reduce with keepdims=True")
+                shape = new
+        out = []
+        for x in xs:
+            v = self.constant(x, target) if is_py_scalar(x) else x
+            out.append(self.broadcast_to(v, shape))
+        return out
+
+    def broadcast_to(self, v: Value, shape: tuple[int, ...]) -> Value:
+        """Broadcast ``v`` to ``shape`` by numpy rules (reshape to the rank, then expand)."""
+        src = v.type.shape
+        if src == tuple(shape):
+            return v
+        if broadcast_shapes(src, shape) != tuple(shape):
+            raise self.error(BroadcastError, f"cannot broadcast shape {src} to {tuple(shape)}",
+                             "each dimension must be equal to the target or 1")
+        if len(src) < len(shape):
+            v = self.emit1("reshape", (v,), {"shape": (1,) * (len(shape) - len(src)) + src})
+        if v.type.shape != tuple(shape):
+            v = self.emit1("broadcast", (v,), {"shape": tuple(shape)})
+        return v

@@ -1,0 +1,522 @@
+"""Memory ops: tile-block ids, loads from shared tensors and partitions, the owned sub-tensor's
+load/store, and the unsafe raw-pointer accesses.
+
+The safety rules of DESIGN.md live in the shape of these ops:
+
+* rule 1 — ``mut_load``/``mut_store`` take the ``MutTensor`` and nothing else: there is no index,
+  the sub-tensor is the one the launch gave this program;
+* rule 2 — a shared ``Tensor`` has loads only; its ``store`` method is a SafetyError;
+* edge tiles: loads past the edge of a tensor are padded (zero unless the partition says
+  otherwise), stores past the edge are masked. A partition index outside the partition's tile
+  grid is an error in the interpreter (on a GPU the bounds-checked load returns padding).
+
+This module also defines the runtime *bindings* the numpy semantics read (a tensor argument as
+a strided numpy array over host storage), shared by the interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...dtypes import DType
+from ...errors import CompileError, DTypeError, SafetyError, ShapeError
+from ..ir import Value
+from ..registry import builtin, op
+from ..types import (PartitionViewType, PointerType, TensorViewType, TileType,
+                     broadcast_shapes)
+
+PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": math.nan, "pos_inf": math.inf,
+                  "neg_inf": -math.inf}
+
+# ---------------------------------------------------------------------------------------------
+# runtime bindings (what a tensor/partition/pointer operand is inside the interpreter)
+
+
+@dataclass(frozen=True)
+class TensorBinding:
+    """A tensor argument: ``data`` is a strided numpy view of host storage (storage dtype)."""
+
+    data: np.ndarray
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class PartitionBinding:
+    tensor: TensorBinding
+    tile_shape: tuple[int, ...]
+    padding: str
+
+    def grid(self) -> tuple[int, ...]:
+        return tuple(-(-d // t) for d, t in zip(self.tensor.data.shape, self.tile_shape))
+
+
+@dataclass(frozen=True)
+class PointerBinding:
+    """A raw pointer: the whole allocation (1-D storage) and the element offset pointed at."""
+
+    buffer: np.ndarray
+    offset: int
+    dtype: DType
+
+
+def _tile_slices(shape, index, tile_shape):
+    return tuple(slice(i * t, min(i * t + t, d)) for i, t, d in zip(index, tile_shape, shape))
+
+
+def _check_index(ctx, what: str, index, grid) -> None:
+    if any(i < 0 or i >= g for i, g in zip(index, grid)):
+        ctx.fail(f"{what} index {tuple(int(i) for i in index)} is outside the tile grid "
+                 f"{tuple(grid)}")
+
+
+def load_tile(ctx, tensor: TensorBinding, index, tile_shape, padding: str = "zero",
+              what: str = "partition"):
+    """The tile at tile coordinates ``index``; out-of-tensor elements are padding."""
+    grid = tuple(-(-d // t) for d, t in zip(tensor.data.shape, tile_shape))
+    _check_index(ctx, what, index, grid)
+    part = tensor.dtype.to_compute(tensor.data[_tile_slices(tensor.data.shape, index,
+                                                            tile_shape)])
+    if part.shape == tuple(tile_shape):
+        return np.array(part, copy=True)
+    out = np.full(tile_shape, PADDING_VALUES[padding] if tensor.dtype.is_float else 0,
+                  dtype=tensor.dtype.compute)
+    out[tuple(slice(0, n) for n in part.shape)] = part
+    return out
+
+
+def store_tile(ctx, tensor: TensorBinding, index, tile_shape, values) -> None:
+    """Write the in-bounds part of a tile at tile coordinates ``index`` (the rest is masked)."""
+    slices = _tile_slices(tensor.data.shape, index, tile_shape)
+    inner = tuple(slice(0, s.stop - s.start) for s in slices)
+    tensor.data[slices] = tensor.dtype.to_storage(values[inner])
+
+
+# ---------------------------------------------------------------------------------------------
+# tile block ids
+
+
+def _i32_scalar_rule(count):
+    def infer(types, attrs):
+        if len(types) != count:
+            raise CompileError(f"expected {count} operand(s)")
+        return (TileType(dt.int32, ()),)
+    return infer
+
+
+op("tile_block_id", "This tile program's coordinate along grid axis ``axis`` (i32).",
+   _i32_scalar_rule(0), lambda ctx, attrs: np.int32(ctx.program_id[attrs["axis"]]))
+op("num_tile_blocks", "The grid's extent along axis ``axis`` (i32).",
+   _i32_scalar_rule(0), lambda ctx, attrs: np.int32(ctx.grid[attrs["axis"]]))
+
+
+def _build_block_id(b):
+    """get_tile_block_id() -> (x, y, z)
+
+    This tile program's coordinates in the grid, as three i32 scalars. For a partitioned
+    output, coordinate ``i`` is the index of the program's sub-tensor along axis ``i``.
+    """
+    return tuple(b.emit1("tile_block_id", (), {"axis": a}) for a in range(3))
+
+
+def _build_num_blocks(b):
+    """get_num_tile_blocks() -> (x, y, z)
+
+    The grid's extent along each axis as three i32 scalars (1 for unused axes).
+    """
+    return tuple(b.emit1("num_tile_blocks", (), {"axis": a}) for a in range(3))
+
+
+builtin("get_tile_block_id", _build_block_id.__doc__, _build_block_id)
+builtin("get_num_tile_blocks", _build_num_blocks.__doc__, _build_num_blocks)
+
+# ---------------------------------------------------------------------------------------------
+# tensor shape
+
+
+def _tensor_dim_rule(types, attrs):
+    (t,) = types
+    if not isinstance(t, TensorViewType):
+        raise CompileError(f"shape of a {t}")
+    return (TileType(dt.int32, ()),)
+
+
+op("tensor_dim", "The runtime extent of a tensor parameter along ``axis`` (i32).",
+   _tensor_dim_rule, lambda ctx, attrs, x: np.int32(x.data.shape[attrs["axis"]]))
+
+
+def tensor_shape(b, x: Value) -> tuple:
+    """``x.shape``: static dims as Python ints, dynamic dims as i32 scalar values."""
+    return tuple(d if d is not None else b.emit1("tensor_dim", (x,), {"axis": i})
+                 for i, d in enumerate(x.type.shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# the owned sub-tensor (MutTensor)
+
+
+def _require_mut(types, what):
+    z = types[0]
+    if not (isinstance(z, TensorViewType) and z.mutable):
+        raise SafetyError(f"{what} needs a tc.MutTensor, got {z}")
+    return z
+
+
+def _mut_load_rule(types, attrs):
+    z = _require_mut(types, "load()")
+    return (TileType(z.dtype, z.shape),)
+
+
+def _mut_load_eval(ctx, attrs, z):
+    return load_tile(ctx, z, ctx.program_id[:z.data.ndim], z.tile_shape, what="sub-tensor")
+
+
+op("mut_load", "Load this program's own sub-tensor (padded at the tensor's edge).",
+   _mut_load_rule, _mut_load_eval, effect="read")
+
+
+def _mut_store_rule(types, attrs):
+    z = _require_mut(types, "store()")
+    tile = types[1]
+    if tile != TileType(z.dtype, z.shape):
+        raise ShapeError(f"store: tile {tile} does not match the sub-tensor {z}")
+    return ()
+
+
+def _mut_store_eval(ctx, attrs, z, tile):
+    store_tile(ctx, z, ctx.program_id[:z.data.ndim], z.tile_shape, tile)
+
+
+op("mut_store", "Store a tile into this program's own sub-tensor (masked at the edge).",
+   _mut_store_rule, _mut_store_eval, effect="write")
+
+
+@dataclass(frozen=True)
+class MutTensorBinding(TensorBinding):
+    """A partitioned output: the whole tensor and the partition's tile shape."""
+
+    tile_shape: tuple[int, ...] = ()
+
+
+def _build_mut_load(b, z):
+    """z.load() -> tile
+
+    Load this tile program's own sub-tensor as a tile of the partition's tile shape (elements
+    past the tensor's edge read as zero).
+    """
+    return b.emit1("mut_load", (z,))
+
+
+def _build_mut_store(b, z, tile, *index):
+    """z.store(tile)
+
+    Store ``tile`` into this program's own sub-tensor. Its dtype must equal the tensor's; a
+    smaller shape or a Python scalar broadcasts. Elements past the tensor's edge are masked.
+    There is no index: the launch gave this program exactly one sub-tensor (safety rule 1).
+    """
+    if index:
+        raise b.error(SafetyError, "a MutTensor has no indexed store: store(tile) writes this "
+                      "program's own sub-tensor", "call z.store(tile) without an index; to let "
+                      "one program write several tiles, partition the output and use a mapped "
+                      "partition")
+    zt = z.type
+    if isinstance(tile, Value) and isinstance(tile.type, TileType) \
+            and tile.type.dtype is not zt.dtype:
+        raise b.error(DTypeError, f"store: tile dtype {tile.type.dtype.short} differs from the "
+                      f"tensor's {zt.dtype.short}", f"convert first: z.store(t.astype(tc."
+                      f"{zt.dtype.short}))")
+    (v,) = b.coerce([tile], "store", dtype=zt.dtype)
+    if v.type.shape != zt.shape:
+        if broadcast_shapes(v.type.shape, zt.shape) != zt.shape:
+            raise b.error(ShapeError, f"store: tile shape {v.type.shape} does not match the "
+                          f"sub-tensor's static shape {zt.shape}",
+                          "store a tile of the partition's tile shape (load_tile_like(x, z) "
+                          "gives one)")
+        v = b.broadcast_to(v, zt.shape)
+    b.emit("mut_store", (z, v))
+
+
+def _forbid(rule: str, message: str, hint: str):
+    def build(b, *args, **kwargs):
+        raise b.error(SafetyError, f"{message} (safety rule {rule})", hint)
+    return build
+
+
+builtin("mut_tensor_load", _build_mut_load.__doc__, _build_mut_load,
+        methods=(("mut_tensor", "load"),), public=False)
+builtin("mut_tensor_store", _build_mut_store.__doc__, _build_mut_store,
+        methods=(("mut_tensor", "store"),), public=False)
+builtin("shared_tensor_store", "Storing to a shared tc.Tensor is not allowed.",
+        _forbid("2", "a tc.Tensor parameter is shared and read-only: it cannot be stored to",
+                "declare the output as tc.MutTensor[...] and pass a partition of it "
+                "(t.partition(tile_shape)); each program then stores to its own sub-tensor"),
+        methods=(("tensor", "store"), ("tensor", "__setitem__"), ("partition", "store"),
+                 ("partition", "__setitem__")), public=False)
+builtin("mut_tensor_index", "A MutTensor cannot be indexed or re-partitioned.",
+        _forbid("1", "a tc.MutTensor is this program's own sub-tensor: it cannot be indexed "
+                "or re-partitioned", "use z.load() and z.store(tile); the host chooses the "
+                "partition"),
+        methods=(("mut_tensor", "__setitem__"), ("mut_tensor", "__getitem__"),
+                 ("mut_tensor", "partition")), public=False)
+
+# ---------------------------------------------------------------------------------------------
+# shared tensors: load_tile_like and partitions
+
+
+def _padding_arg(b, padding, dtype: DType) -> str:
+    if padding in PADDING_VALUES:
+        name = padding
+    elif isinstance(padding, (int, float)) and not isinstance(padding, bool):
+        value = float(padding)
+        name = next((k for k, v in PADDING_VALUES.items()
+                     if (math.isnan(v) and math.isnan(value))
+                     or (v == value and math.copysign(1, v) == math.copysign(1, value))), None)
+        if name is None:
+            raise b.error(CompileError, f"padding value {padding!r} is not supported",
+                          "use 0, -0.0, nan, inf or -inf (Tile IR's padding values)")
+    else:
+        raise b.error(CompileError, f"padding must be a compile-time number, got {padding!r}")
+    if name != "zero" and not dtype.is_float:
+        raise b.error(DTypeError, f"padding {padding!r} needs a float tensor, not "
+                      f"{dtype.short}", "integer tensors pad with zero")
+    return name
+
+
+def _load_like_rule(types, attrs):
+    x, z = types
+    if not isinstance(x, TensorViewType):
+        raise CompileError(f"load_tile_like reads a tensor parameter, got {x}")
+    if not (isinstance(z, TensorViewType) and z.mutable):
+        raise CompileError(f"load_tile_like's second argument must be a tc.MutTensor, got {z}",
+                           hint="load_tile_like(x, z) loads the tile of x at z's position")
+    if x.rank != z.rank:
+        raise ShapeError(f"load_tile_like: tensor rank {x.rank} differs from the sub-tensor's "
+                         f"rank {z.rank}", hint="reshape the input on the host (t.reshape)")
+    return (TileType(x.dtype, z.shape),)
+
+
+def _load_like_eval(ctx, attrs, x, z):
+    return load_tile(ctx, x, ctx.program_id[:z.data.ndim], z.tile_shape, attrs["padding"],
+                     what="load_tile_like")
+
+
+op("load_like", "Load the tile of a tensor at the position and shape of a MutTensor.",
+   _load_like_rule, _load_like_eval, effect="read")
+
+
+def _build_load_like(b, x, z, padding=0):
+    """load_tile_like(x, z, padding=0) -> tile
+
+    Load from the shared tensor ``x`` the tile that sits where this program's sub-tensor ``z``
+    sits: same tile shape, same tile coordinates. Elements past ``x``'s edge read as
+    ``padding`` (0, -0.0, nan, inf or -inf).
+    """
+    if not (isinstance(x, Value) and isinstance(x.type, TensorViewType)):
+        raise b.error(CompileError, "load_tile_like(x, z): x must be a tensor parameter")
+    if not (isinstance(z, Value) and isinstance(z.type, TensorViewType) and z.type.mutable):
+        raise b.error(CompileError, "load_tile_like(x, z): z must be a tc.MutTensor parameter",
+                      "pass the output sub-tensor whose position and shape to copy")
+    return b.emit1("load_like", (x, z), {"padding": _padding_arg(b, padding, x.type.dtype)})
+
+
+builtin("load_tile_like", _build_load_like.__doc__, _build_load_like)
+
+
+def _partition_rule(types, attrs):
+    (x,) = types
+    if not isinstance(x, TensorViewType) or x.mutable:
+        raise SafetyError(f"only a shared tc.Tensor can be partitioned on the device, got {x}")
+    shape = tuple(attrs["tile_shape"])
+    if len(shape) != x.rank:
+        raise ShapeError(f"partition: tile shape {shape} has rank {len(shape)}, the tensor "
+                         f"has rank {x.rank}")
+    return (PartitionViewType(x, shape),)
+
+
+op("make_partition", "View a shared tensor as a grid of tiles of a static shape.",
+   _partition_rule, lambda ctx, attrs, x: PartitionBinding(x, tuple(attrs["tile_shape"]),
+                                                            attrs["padding"]))
+
+
+def _build_partition(b, x, shape, padding=0):
+    """x.partition(tile_shape, padding=0) -> partition
+
+    View the shared tensor ``x`` as a grid of tiles of the static ``tile_shape`` (powers of
+    two); load them with ``.load(index)``. Elements past the edge read as ``padding``.
+    """
+    shape = b.shape_arg(shape, "partition")
+    b.check_tile_shape(shape)
+    return b.emit1("make_partition", (x,), {"tile_shape": shape,
+                                            "padding": _padding_arg(b, padding, x.type.dtype)})
+
+
+builtin("partition", _build_partition.__doc__, _build_partition,
+        methods=(("tensor", "partition"),), public=False)
+
+
+def _partition_load_rule(types, attrs):
+    p, *index = types
+    if not isinstance(p, PartitionViewType):
+        raise CompileError(f"load(index) needs a partition, got {p}")
+    if len(index) != p.rank:
+        raise ShapeError(f"partition load: {len(index)} index value(s) for a rank-{p.rank} "
+                         f"partition", hint=f"give one tile coordinate per axis ({p.rank})")
+    for t in index:
+        if not (isinstance(t, TileType) and t.is_scalar and t.dtype.is_int):
+            raise DTypeError(f"partition index must be an integer scalar, got {t}")
+    return (p.tile_type,)
+
+
+def _partition_load_eval(ctx, attrs, p, *index):
+    return load_tile(ctx, p.tensor, tuple(int(i) for i in index), p.tile_shape, p.padding)
+
+
+op("partition_load", "Load the tile at tile coordinates ``index`` of a partition.",
+   _partition_load_rule, _partition_load_eval, effect="read")
+
+
+def _build_partition_load(b, p, *index):
+    """p.load(index) -> tile
+
+    The tile at tile coordinates ``index`` (one integer per axis, e.g. ``p.load((i, k))`` or
+    ``p.load(i, k)``). Elements past the tensor's edge read as the partition's padding; an index
+    outside the tile grid is an error.
+    """
+    if len(index) == 1 and isinstance(index[0], tuple):
+        index = index[0]
+    return b.emit1("partition_load", (p, *(b.scalar_int(i, "partition index") for i in index)))
+
+
+builtin("partition_load", _build_partition_load.__doc__, _build_partition_load,
+        methods=(("partition", "load"),), public=False)
+
+
+def _num_tiles_rule(types, attrs):
+    (p,) = types
+    if not isinstance(p, PartitionViewType):
+        raise CompileError(f"num_tiles needs a partition, got {p}")
+    if not 0 <= attrs["axis"] < p.rank:
+        raise ShapeError(f"num_tiles: axis {attrs['axis']} out of range for rank {p.rank}")
+    return (TileType(dt.int32, ()),)
+
+
+op("num_tiles", "The number of tiles of a partition along ``axis`` (ceil(extent / tile)).",
+   _num_tiles_rule, lambda ctx, attrs, p: np.int32(p.grid()[attrs["axis"]]))
+
+
+def _build_num_tiles(b, p, axis):
+    """num_tiles(p, axis) -> i32   (also p.num_tiles(axis))
+
+    The number of tiles of partition ``p`` along ``axis``: ceil(extent / tile).
+    """
+    if not (isinstance(p, Value) and isinstance(p.type, PartitionViewType)):
+        raise b.error(CompileError, "num_tiles(p, axis): p must be a partition",
+                      "make one with x.partition(tile_shape)")
+    return b.emit1("num_tiles", (p,), {"axis": b.axis_arg(axis, p.type.rank, "num_tiles")})
+
+
+builtin("num_tiles", _build_num_tiles.__doc__, _build_num_tiles,
+        methods=(("partition", "num_tiles"),))
+
+# ---------------------------------------------------------------------------------------------
+# raw pointers (unsafe)
+
+
+def _ptr_operands(types, what):
+    ptr, offsets, *rest = types
+    if not isinstance(ptr, PointerType):
+        raise CompileError(f"{what} needs a tc.Ptr parameter, got {ptr}")
+    if not (isinstance(offsets, TileType) and offsets.dtype.is_int):
+        raise DTypeError(f"{what}: offsets must be an integer tile, got {offsets}")
+    return ptr, offsets, rest
+
+
+def _ptr_load_rule(types, attrs):
+    ptr, offsets, rest = _ptr_operands(types, "load_ptr")
+    if rest and rest[0] != TileType(dt.bool_, offsets.shape):
+        raise ShapeError(f"load_ptr: mask {rest[0]} must be a bool tile of shape {offsets.shape}")
+    return (TileType(ptr.dtype, offsets.shape),)
+
+
+def _ptr_indices(ctx, ptr: PointerBinding, offsets, mask):
+    idx = ptr.offset + offsets.astype(np.int64)
+    live = np.ones(idx.shape, dtype=bool) if mask is None else mask
+    bad = live & ((idx < 0) | (idx >= ptr.buffer.size))
+    if np.any(bad):
+        ctx.fail(f"raw pointer access at element offset {int(offsets[bad].flat[0])} is outside "
+                 f"the allocation of {ptr.buffer.size} elements (undefined behaviour on a GPU)")
+    return np.where(live, idx, 0), live
+
+
+def _ptr_load_eval(ctx, attrs, ptr, offsets, mask=None):
+    idx, live = _ptr_indices(ctx, ptr, offsets, mask)
+    values = ptr.dtype.to_compute(ptr.buffer[idx])
+    return np.where(live, values, np.asarray(attrs["padding"], dtype=values.dtype))
+
+
+op("ptr_load", "Gather from a raw pointer at element offsets (optional mask, padding).",
+   _ptr_load_rule, _ptr_load_eval, effect="read")
+
+
+def _ptr_store_rule(types, attrs):
+    ptr, offsets, rest = _ptr_operands(types, "store_ptr")
+    if not rest or rest[0] != TileType(ptr.dtype, offsets.shape):
+        raise ShapeError(f"store_ptr: value must be a {ptr.dtype.short} tile of shape "
+                         f"{offsets.shape}")
+    if len(rest) > 1 and rest[1] != TileType(dt.bool_, offsets.shape):
+        raise ShapeError(f"store_ptr: mask must be a bool tile of shape {offsets.shape}")
+    return ()
+
+
+def _ptr_store_eval(ctx, attrs, ptr, offsets, value, mask=None):
+    idx, live = _ptr_indices(ctx, ptr, offsets, mask)
+    ptr.buffer[idx[live]] = ptr.dtype.to_storage(value[live])
+
+
+op("ptr_store", "Scatter to a raw pointer at element offsets (optional mask).",
+   _ptr_store_rule, _ptr_store_eval, effect="write")
+
+
+def _ptr_arg(b, ptr, what):
+    if not (isinstance(ptr, Value) and isinstance(ptr.type, PointerType)):
+        raise b.error(CompileError, f"{what}: the first argument must be a tc.Ptr parameter")
+    return ptr
+
+
+def _build_load_ptr(b, ptr, offsets, mask=None, padding=0):
+    """load_ptr(ptr, offsets, mask=None, padding=0) -> tile   (unsafe kernels only)
+
+    Gather ``ptr[offsets]`` for an integer tile of element offsets; where ``mask`` is False the
+    result is ``padding`` and memory is not touched. No bounds are checked on a GPU.
+    """
+    ptr = _ptr_arg(b, ptr, "load_ptr")
+    off = b.tile(offsets, "offsets")
+    operands = [ptr, off]
+    if mask is not None:
+        operands.append(b.broadcast_to(b.tile(mask, "mask"), off.type.shape))
+    if not ptr.type.dtype.fits(padding):
+        raise b.error(DTypeError, f"padding {padding!r} does not fit {ptr.type.dtype.short}")
+    return b.emit1("ptr_load", operands, {"padding": padding})
+
+
+def _build_store_ptr(b, ptr, offsets, value, mask=None):
+    """store_ptr(ptr, offsets, value, mask=None)   (unsafe kernels only)
+
+    Scatter ``value`` to ``ptr[offsets]`` where ``mask`` is True. No bounds are checked on a
+    GPU, and nothing stops two programs from writing the same element: that is why raw
+    pointers make a kernel unsafe.
+    """
+    ptr = _ptr_arg(b, ptr, "store_ptr")
+    off = b.tile(offsets, "offsets")
+    (v,) = b.coerce([value], "store_ptr", dtype=ptr.type.dtype)
+    operands = [ptr, off, b.broadcast_to(v, off.type.shape)]
+    if mask is not None:
+        operands.append(b.broadcast_to(b.tile(mask, "mask"), off.type.shape))
+    b.emit("ptr_store", operands)
+
+
+builtin("load_ptr", _build_load_ptr.__doc__, _build_load_ptr)
+builtin("store_ptr", _build_store_ptr.__doc__, _build_store_ptr)

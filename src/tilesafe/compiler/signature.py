@@ -1,0 +1,228 @@
+"""Kernel parameter annotations (``tc.Tensor[...]``, ``tc.MutTensor[...]``, ``tc.Const[...]``,
+``tc.Ptr[...]``, plain scalars) and the parsing of a kernel's signature into :class:`Param` s.
+
+Forms:
+
+* ``tc.Tensor[dtype, shape]`` — shared, read-only. ``shape`` is a tuple of ints, ``-1`` for a
+  dynamic extent, or names of ``tc.Const`` parameters.
+* ``tc.MutTensor[dtype, shape]`` — this program's own sub-tensor; the shape is static: a name
+  bound from the launch's partition (``"S"``), or a tuple of ints and ``tc.Const`` names.
+* ``dtype`` may be a dtype (``tc.f32``) or a name (``"T"``) bound from the argument's dtype.
+* ``tc.Const[int]`` (or ``float``, ``bool``, ``tc.DType``) — a compile-time constant; every
+  distinct value compiles its own specialization.
+* ``int`` / ``float`` / ``bool`` / a dtype — a runtime scalar (int -> i32, float -> f32).
+* ``tc.Ptr[dtype]`` — a raw pointer: makes the kernel unsafe.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import Location, SignatureError
+
+ShapeEntry = Union[int, str, None]  # int: static extent, str: Const name, None: dynamic
+
+
+def _dtype_entry(value: Any) -> Union[DType, str]:
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.as_dtype(value)
+        except TypeError:
+            if not value.isidentifier():
+                raise SignatureError(f"dtype name {value!r} is not an identifier") from None
+            return value  # a dtype variable bound at launch
+    try:
+        return dt.as_dtype(value)
+    except TypeError:
+        raise SignatureError(f"{value!r} is not a dtype", hint="use tc.f32, tc.i32, ... or a "
+                             "name such as \"T\" bound from the argument") from None
+
+
+def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], str]:
+    if isinstance(shape, str):
+        if not shape.isidentifier():
+            raise SignatureError(f"shape name {shape!r} is not an identifier")
+        if not mutable:
+            raise SignatureError(f"a shared tc.Tensor needs an explicit shape tuple, got "
+                                 f"{shape!r}", hint="use (-1,) style dynamic dims, e.g. "
+                                 "tc.Tensor[tc.f32, (-1, -1)]")
+        return shape
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, tuple) or not shape:
+        raise SignatureError(f"tensor shape must be a non-empty tuple, got {shape!r}",
+                             hint="e.g. (-1,) for a 1-D tensor of any length")
+    out: list[ShapeEntry] = []
+    for d in shape:
+        if isinstance(d, str) and d.isidentifier():
+            out.append(d)
+        elif isinstance(d, int) and not isinstance(d, bool) and (d >= 1 or d == -1):
+            if d == -1 and mutable:
+                raise SignatureError("a tc.MutTensor's shape is static: -1 is not allowed",
+                                     hint="name the shape (\"S\") so the partition binds it, or "
+                                     "use tc.Const parameters")
+            out.append(None if d == -1 else d)
+        else:
+            raise SignatureError(f"bad shape entry {d!r}: use a positive int, -1 (dynamic) or "
+                                 "the name of a tc.Const parameter")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """``tc.Tensor[...]`` (mutable=False) or ``tc.MutTensor[...]`` (mutable=True)."""
+
+    dtype: Union[DType, str]
+    shape: Union[tuple[ShapeEntry, ...], str]
+    mutable: bool
+
+
+@dataclass(frozen=True)
+class ConstSpec:
+    """``tc.Const[T]``: a compile-time constant of Python type ``T`` (None: any)."""
+
+    type: Optional[type]
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    """A runtime scalar parameter of a fixed dtype."""
+
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class PointerSpec:
+    """``tc.Ptr[dtype]``: a raw pointer (unsafe)."""
+
+    dtype: DType
+
+
+ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec]
+
+
+class _TensorAnnotation:
+    _mutable = False
+
+    def __class_getitem__(cls, item):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise SignatureError(f"{cls.__name__}[...] takes a dtype and a shape, e.g. "
+                                 f"{cls.__name__}[tc.f32, (-1,)]")
+        return TensorSpec(_dtype_entry(item[0]), _shape_entries(item[1], cls._mutable),
+                          cls._mutable)
+
+
+class Tensor(_TensorAnnotation):
+    """``tc.Tensor[dtype, shape]``: a shared, read-only tensor parameter.
+
+    Every tile program can read all of it (``load_tile_like``, ``.partition(...).load(...)``);
+    none can store to it. ``-1`` marks a dynamic extent, e.g. ``tc.Tensor[tc.f32, (-1, -1)]``.
+    """
+
+
+class MutTensor(_TensorAnnotation):
+    """``tc.MutTensor[dtype, shape]``: this tile program's own sub-tensor of a partitioned
+    output. It has ``load()`` and ``store(tile)`` and nothing else: no index, so no two
+    programs can write the same element. The shape is static: a name bound from the launch's
+    partition (``"S"``) or a tuple of ints and ``tc.Const`` names."""
+
+    _mutable = True
+
+
+class Const:
+    """``tc.Const[int]`` (or ``float``, ``bool``, ``tc.DType``): a compile-time constant
+    parameter. Its value is part of the kernel's specialization."""
+
+    def __class_getitem__(cls, item):
+        if item not in (int, float, bool, DType, str):
+            raise SignatureError(f"tc.Const[{item!r}] is not supported",
+                                 hint="use tc.Const[int], tc.Const[float], tc.Const[bool] or "
+                                 "tc.Const[tc.DType]")
+        return ConstSpec(item)
+
+
+class Ptr:
+    """``tc.Ptr[dtype]``: a raw pointer parameter. Gives ``load_ptr``/``store_ptr`` access
+    with no bounds or ownership checks, so it makes the kernel unsafe: launch it only inside
+    ``with ts.unsafe():``."""
+
+    def __class_getitem__(cls, item):
+        return PointerSpec(dt.as_dtype(item) if not isinstance(item, DType) else item)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its name, what it is, and where it is declared."""
+
+    name: str
+    spec: ParamSpec
+    location: Location
+
+
+def _spec_of(annotation: Any) -> ParamSpec:
+    if isinstance(annotation, (TensorSpec, ConstSpec, ScalarSpec, PointerSpec)):
+        return annotation
+    if annotation is Const:
+        return ConstSpec(None)
+    if annotation in (Tensor, MutTensor):
+        raise SignatureError(f"{annotation.__name__} needs a dtype and shape, e.g. "
+                             f"tc.{annotation.__name__}[tc.f32, (-1,)]")
+    if annotation in (int, float, bool) or isinstance(annotation, DType):
+        return ScalarSpec(dt.as_dtype(annotation))
+    if annotation is inspect.Parameter.empty:
+        raise SignatureError("parameter has no annotation",
+                             hint="annotate it: tc.Tensor[...], tc.MutTensor[...], "
+                             "tc.Const[int], int, float or a dtype")
+    raise SignatureError(f"unsupported parameter annotation {annotation!r}")
+
+
+def _evaluate_annotations(fn: Any, where: Location) -> dict[str, Any]:
+    """The annotations as objects. String annotations (``from __future__ import annotations``)
+    are evaluated with each parameter name standing for itself, so ``tc.MutTensor[tc.f32,
+    (BM, BN)]`` may name ``tc.Const`` parameters without quotes."""
+    raw = inspect.get_annotations(fn)
+    names = {p: p for p in inspect.signature(fn).parameters}
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            try:
+                value = eval(value, fn.__globals__, names)  # noqa: S307 (the user's own source)
+            except Exception as err:
+                raise SignatureError(f"cannot evaluate the annotation {value!r} of "
+                                     f"'{fn.__name__}': {err}", where) from None
+        out[key] = value
+    return out
+
+
+def parse_signature(fn: Any, file: str, first_line: int) -> list[Param]:
+    """The parameters of a kernel function, checked; errors point at the ``def`` line."""
+    where = Location(file, first_line)
+    annotations = _evaluate_annotations(fn, where)
+    params = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise SignatureError(f"parameter '{p.name}': *args, **kwargs and keyword-only "
+                                 "parameters are not supported in kernels", where)
+        try:
+            spec = _spec_of(annotations.get(p.name, inspect.Parameter.empty))
+        except SignatureError as err:
+            raise SignatureError(f"parameter '{p.name}': {err.message}", where,
+                                 hint=err.hint) from None
+        params.append(Param(p.name, spec, where))
+    names = {p.name for p in params}
+    consts = {p.name for p in params if isinstance(p.spec, ConstSpec)}
+    for p in params:
+        if isinstance(p.spec, TensorSpec) and isinstance(p.spec.shape, tuple):
+            for d in p.spec.shape:
+                if isinstance(d, str) and d not in consts:
+                    raise SignatureError(
+                        f"parameter '{p.name}': shape entry {d!r} is not a tc.Const parameter",
+                        where, hint=f"add a parameter '{d}: tc.Const[int]'"
+                        if d not in names else f"declare '{d}' as tc.Const[int]")
+    return params

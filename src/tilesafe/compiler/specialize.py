@@ -1,0 +1,170 @@
+"""Specialization: binding a kernel's parameters to the launch's arguments.
+
+The runtime describes each argument abstractly (:class:`ArgInfo`: a tensor with its dtype and
+shape, a partition with its tile shape, a scalar, a constant); :func:`specialize` checks them
+against the signature (dtype, rank, static extents, partition tile shape, rank <= 3) and
+produces the :class:`Specialization` that the front end compiles and the caches key on.
+Dynamic tensor extents are not part of it, so they never cause a recompilation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from ..dtypes import DType
+from ..errors import ArgumentError, PartitionError
+from .signature import ConstSpec, Param, PointerSpec, ScalarSpec, TensorSpec
+from .types import (MAX_PARTITION_RANK, PointerType, TensorViewType, TileType,
+                    tile_shape_problem)
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    """What the compiler needs to know about one launch argument.
+
+    kind: ``"tensor"``, ``"partition"``, ``"scalar"`` or ``"const"`` (a Python value).
+    """
+
+    kind: str
+    dtype: Optional[DType] = None
+    shape: Optional[tuple[int, ...]] = None
+    tile_shape: Optional[tuple[int, ...]] = None
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """Everything compile-time about one launch: the compilation and cache key."""
+
+    consts: tuple[tuple[str, Any], ...]
+    types: tuple[tuple[str, Union[TensorViewType, TileType, PointerType]], ...]
+    bound_names: tuple[tuple[str, Any], ...]
+
+    def const_env(self) -> dict[str, Any]:
+        return dict(self.consts)
+
+    def type_of(self, name: str):
+        return dict(self.types)[name]
+
+    def describe(self) -> str:
+        parts = [f"{n}={v!r}" for n, v in self.consts]
+        parts += [f"{n}: {t}" for n, t in self.types]
+        return ", ".join(parts)
+
+
+def _const_ok(spec: ConstSpec, value: Any) -> bool:
+    if spec.type is None:
+        return isinstance(value, (int, float, bool, str, DType, tuple))
+    if spec.type is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if spec.type is int:
+        return isinstance(value, int)
+    return isinstance(value, spec.type)
+
+
+def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
+               where: Any = None) -> Specialization:
+    """Check the arguments against the signature; raises a LaunchError subclass on mismatch."""
+    if len(args) != len(params):
+        raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) "
+                            f"({', '.join(p.name for p in params)}), got {len(args)}", where)
+    consts: dict[str, Any] = {}
+    for p, a in zip(params, args):
+        if isinstance(p.spec, ConstSpec):
+            if a.kind != "const" or not _const_ok(p.spec, a.value):
+                raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a compile-time "
+                                    f"constant ({p.spec.type.__name__ if p.spec.type else 'any'})"
+                                    f", got {a.value!r}", where)
+            consts[p.name] = float(a.value) if p.spec.type is float else a.value
+    bound: dict[str, Any] = {}
+    types = []
+    for p, a in zip(params, args):
+        spec = p.spec
+        if isinstance(spec, ConstSpec):
+            continue
+        if isinstance(spec, ScalarSpec):
+            if a.kind != "const" or not _scalar_fits(spec.dtype, a.value):
+                raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a "
+                                    f"{spec.dtype.short} scalar, got {a.value!r}", where)
+            types.append((p.name, TileType(spec.dtype, ())))
+            continue
+        if isinstance(spec, PointerSpec):
+            if a.kind != "tensor" or a.dtype is not spec.dtype:
+                raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a raw "
+                                    f"{spec.dtype.short} pointer: pass a {spec.dtype.short} "
+                                    f"tensor", where)
+            types.append((p.name, PointerType(spec.dtype)))
+            continue
+        types.append((p.name, _tensor_type(kernel_name, p, spec, a, consts, bound, where)))
+    return Specialization(tuple(consts.items()), tuple(types), tuple(sorted(
+        bound.items(), key=lambda kv: kv[0])))
+
+
+def _scalar_fits(dtype: DType, value: Any) -> bool:
+    if isinstance(value, bool):
+        return dtype.is_bool or dtype.is_int
+    if isinstance(value, int):
+        return not dtype.is_bool and dtype.fits(value)
+    if isinstance(value, float):
+        return dtype.is_float
+    return False
+
+
+def _bind(name: str, value: Any, bound: dict, what: str, kernel_name: str, where) -> None:
+    if name in bound and bound[name] != value:
+        raise ArgumentError(f"'{name}' is bound to {bound[name]} by an earlier argument of "
+                            f"'{kernel_name}' but {what} gives {value}", where,
+                            hint=f"arguments sharing the name '{name}' must agree")
+    bound[name] = value
+
+
+def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, consts: dict,
+                 bound: dict, where) -> TensorViewType:
+    label = f"argument '{p.name}' of '{kernel_name}'"
+    if spec.mutable and a.kind != "partition":
+        raise ArgumentError(f"{label} is a tc.MutTensor: pass a partition of a tensor, got a "
+                            f"{a.kind}", where, hint=f"pass t.partition(tile_shape) or "
+                            f"ts.borrow_mut(t).partition(tile_shape)")
+    if not spec.mutable and a.kind != "tensor":
+        raise ArgumentError(f"{label} is a shared tc.Tensor, got a {a.kind}", where,
+                            hint="pass the tensor itself (partitions are for MutTensor "
+                            "outputs); unpartition() gives the tensor back")
+    if isinstance(spec.dtype, str):
+        _bind(spec.dtype, a.dtype, bound, f"'{p.name}' ({a.dtype.short})", kernel_name, where)
+    elif a.dtype is not spec.dtype:
+        raise ArgumentError(f"{label} must have dtype {spec.dtype.short}, got {a.dtype.short}",
+                            where, hint=f"convert the tensor on the host or change the "
+                            f"annotation to {a.dtype.short}")
+    if spec.mutable:
+        tile = tuple(a.tile_shape)
+        if len(tile) > MAX_PARTITION_RANK:
+            raise PartitionError(f"{label}: a partition of rank {len(tile)} cannot be launched; "
+                                 f"the CUDA grid has at most {MAX_PARTITION_RANK} axes", where,
+                                 hint="reshape the tensor to rank <= 3 before partitioning")
+        if isinstance(spec.shape, str):
+            _bind(spec.shape, tile, bound, f"the partition of '{p.name}'", kernel_name, where)
+            static = tile
+        else:
+            static = tuple(consts[d] if isinstance(d, str) else d for d in spec.shape)
+            if static != tile:
+                raise PartitionError(f"{label}: partition tile shape {tile} differs from the "
+                                     f"kernel's static shape {static}", where,
+                                     hint=f"partition with {static}")
+        problem = tile_shape_problem(tile)
+        if problem:
+            raise PartitionError(f"{label}: {problem}", where,
+                                 hint="partition with powers of two (e.g. 1024 or (64, 64)); "
+                                 "edge tiles are masked, so extents need not divide")
+        return TensorViewType(a.dtype, tile, True)
+    if len(spec.shape) != len(a.shape):
+        raise ArgumentError(f"{label} must have rank {len(spec.shape)}, got shape {a.shape}",
+                            where, hint="reshape the tensor on the host (t.reshape)")
+    dims = []
+    for d, actual in zip(spec.shape, a.shape):
+        want = consts[d] if isinstance(d, str) else d
+        if want is not None and want != actual:
+            raise ArgumentError(f"{label}: static extent {want} differs from the tensor's "
+                                f"shape {a.shape}", where)
+        dims.append(want)
+    return TensorViewType(a.dtype, tuple(dims), False)

@@ -1,0 +1,184 @@
+"""The exception hierarchy of tilesafe, in one place.
+
+Every error says *what* went wrong, *where* (the file:line of the kernel source or of the host
+call that launched it) and *how to fix it*. Errors raised before anything executes leave every
+tensor unchanged and usable.
+
+    TilesafeError
+    ├── CompileError                 kernel source rejected by the front end
+    │   ├── UnsupportedSyntaxError   Python syntax outside the tile language
+    │   ├── KernelNameError          a name that is not defined in the kernel's scope
+    │   ├── DTypeError               element-type mismatch, conversion needed
+    │   ├── ShapeError               shape mismatch (elementwise, mma, reshape, ...)
+    │   │   ├── BroadcastError       shapes that numpy broadcasting cannot combine
+    │   │   └── TileShapeError       tile shape not static / not powers of two / too large
+    │   ├── SafetyError              a device-side safety rule (DESIGN.md rules 1-5)
+    │   └── SignatureError           a kernel parameter annotation that is not valid
+    ├── LaunchError                  host-side launch checks (rules 6-9), before enqueueing
+    │   ├── ArgumentError            wrong number/kind of arguments, dtype or rank mismatch
+    │   ├── PartitionError           partition rank, tile shape or grid mismatch
+    │   ├── OwnershipError           ownership discipline violated
+    │   │   ├── MovedError           a tensor used after it was moved into a partition
+    │   │   ├── AliasingError        a mutable argument overlaps another argument
+    │   │   └── BorrowError          host access conflicting with a borrow in flight
+    │   └── UnsafeError              unsafe kernel launched outside ``with ts.unsafe():``
+    ├── DeviceOpError                a DeviceOp driven twice or misused
+    └── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """A position in a source file (1-based line, 0-based column)."""
+
+    file: str
+    line: int
+    col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def source_line(self) -> str:
+        return linecache.getline(self.file, self.line).rstrip("\n")
+
+
+class TilesafeError(Exception):
+    """Base class of every error tilesafe raises on purpose."""
+
+
+class CompileError(TilesafeError):
+    """A kernel's source was rejected; ``location`` points at the offending line.
+
+    Attributes:
+        message: what is wrong.
+        location: the :class:`Location` in the kernel source (may be None).
+        kernel: name of the kernel being compiled (may be None).
+        hint: how to fix it (may be empty).
+    """
+
+    def __init__(self, message: str, location: Location | None = None, *,
+                 kernel: str | None = None, hint: str = ""):
+        self.message = message
+        self.location = location
+        self.kernel = kernel
+        self.hint = hint
+        super().__init__(self._format())
+
+    def with_context(self, *, location: Location | None = None,
+                     kernel: str | None = None) -> "CompileError":
+        """Fill in location/kernel if not already known (used as errors bubble up)."""
+        if (location is None or self.location is not None) and (kernel is None or self.kernel):
+            return self
+        self.location = self.location or location
+        self.kernel = self.kernel or kernel
+        self.args = (self._format(),)
+        return self
+
+    def _format(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        who = f"in kernel '{self.kernel}': " if self.kernel else ""
+        text = f"{where}{who}{self.message}"
+        if self.location is not None:
+            src = self.location.source_line()
+            if src.strip():
+                indent = len(src) - len(src.lstrip())
+                text += f"\n    {src.strip()}\n    {' ' * max(0, self.location.col - indent)}^"
+        if self.hint:
+            text += f"\n  fix: {self.hint}"
+        return text
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else self._format()
+
+
+class UnsupportedSyntaxError(CompileError):
+    """Python syntax that the tile language does not support."""
+
+
+class KernelNameError(CompileError):
+    """A name used in a kernel is not defined, or not usable on the device."""
+
+
+class DTypeError(CompileError):
+    """Element types do not match, or an operation does not accept this element type."""
+
+
+class ShapeError(CompileError):
+    """Tile shapes do not fit the operation (elementwise, mma, reshape, store, ...)."""
+
+
+class BroadcastError(ShapeError):
+    """Two shapes cannot be combined under numpy broadcasting rules."""
+
+
+class TileShapeError(ShapeError):
+    """A tile shape is not a compile-time constant, has a dimension that is not a power of
+    two, or has more than 2**24 elements (Tile IR's rules, enforced on every device)."""
+
+
+class SafetyError(CompileError):
+    """A device-side safety rule was broken (store to a shared tensor, indexed store, ...)."""
+
+
+class SignatureError(CompileError):
+    """A kernel parameter annotation is not one of the supported forms."""
+
+
+class LaunchError(TilesafeError):
+    """A launch was rejected on the host before anything was enqueued.
+
+    The message names the launch site (``file:line``) and the fix; no argument was changed.
+    """
+
+    def __init__(self, message: str, location: Location | str | None = None, *, hint: str = ""):
+        self.message = message
+        self.location = location
+        self.hint = hint
+        where = f"{location}: " if location else ""
+        text = f"{where}{message}"
+        if hint:
+            text += f"\n  fix: {hint}"
+        super().__init__(text)
+
+
+class ArgumentError(LaunchError):
+    """Wrong number or kind of launch arguments, or a dtype/rank that does not match."""
+
+
+class PartitionError(LaunchError):
+    """A partition does not fit the kernel (rank, tile shape, grid)."""
+
+
+class OwnershipError(LaunchError):
+    """The ownership discipline was violated on the host."""
+
+
+class MovedError(OwnershipError):
+    """A tensor was used after being moved (e.g. into ``t.partition(...)``)."""
+
+
+class AliasingError(OwnershipError):
+    """A mutable launch argument overlaps another argument of the same launch."""
+
+
+class BorrowError(OwnershipError):
+    """A host access conflicts with a borrow held by work still in flight."""
+
+
+class UnsafeError(LaunchError):
+    """An unsafe kernel (``unchecked_accesses=True`` or raw pointers) was launched outside
+    ``with ts.unsafe():``."""
+
+
+class DeviceOpError(TilesafeError):
+    """A DeviceOp was misused (for example driven twice)."""
+
+
+class KernelRuntimeError(TilesafeError):
+    """A tile program failed while executing (interpreter), e.g. a partition index outside
+    the partition. Names the kernel, the program id and the offending values."""

@@ -1,0 +1,1 @@
+"""Execution: lazy DeviceOps and the ways to drive them."""

@@ -1,0 +1,173 @@
+"""``@ts.kernel``, ``@ts.function`` and ``ts.unsafe()``: the host-side handle of a kernel.
+
+A :class:`Kernel` parses its signature when decorated, compiles one specialization per distinct
+set of compile-time inputs (dtypes, static shapes, constants) on first use, and launches lazily:
+calling it returns a DeviceOp that validates, runs and returns the arguments when driven.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from .backends.interp import InterpretedKernel, compile_kernel
+from .compiler.frontend import DeviceFunction, SourceFunction, lower_kernel
+from .compiler.ir import KernelIR, print_ir
+from .compiler.signature import Param, PointerSpec, parse_signature
+from .compiler.specialize import Specialization
+from .errors import SignatureError, UnsafeError
+from .exec.deviceop import DeviceOp, resolve
+from .runtime.callsite import caller_location
+from .runtime.launch import prepare, recover
+
+_unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
+
+KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
+
+
+@contextlib.contextmanager
+def unsafe() -> Iterator[None]:
+    """Allow launching unsafe kernels (``unchecked_accesses=True`` or raw pointers) inside.
+
+    Launches are checked when they are created, so create the launch inside the block::
+
+        with ts.unsafe():
+            op = fast_kernel(z, x)
+        op.sync()
+    """
+    token = _unsafe_depth.set(_unsafe_depth.get() + 1)
+    try:
+        yield
+    finally:
+        _unsafe_depth.reset(token)
+
+
+def _check_hints(hints: Optional[dict]) -> dict:
+    if hints is None:
+        return {}
+    if not isinstance(hints, dict):
+        raise SignatureError(f"hints must be a dict keyed by architecture, got {hints!r}")
+    for arch, values in hints.items():
+        if not (arch == "default" or (isinstance(arch, str) and arch.startswith("sm_")
+                                      and arch[3:].isdigit())):
+            raise SignatureError(f"hints key {arch!r} is not an architecture",
+                                 hint="use 'sm_90', 'sm_100', ... or 'default'")
+        for name in values:
+            if name not in KNOWN_HINTS:
+                raise SignatureError(f"unknown kernel hint {name!r} for {arch}",
+                                     hint="known hints: " + ", ".join(KNOWN_HINTS))
+    return dict(hints)
+
+
+class Kernel:
+    """A tile kernel (made by ``@ts.kernel``). Call it with the launch arguments to get a lazy
+    :class:`~tilesafe.exec.deviceop.DeviceOp`; ``.sync()`` runs it and returns the arguments.
+
+    Attributes:
+        name: the function name.
+        params: the parsed parameters.
+        unchecked_accesses: True if bounds checks are off (the kernel is unsafe).
+        compile_count: number of specializations compiled so far in this process.
+    """
+
+    def __init__(self, fn: Callable, *, unchecked_accesses: bool = False,
+                 hints: Optional[dict] = None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = fn.__name__
+        code = fn.__code__
+        self.params: list[Param] = parse_signature(fn, code.co_filename, code.co_firstlineno)
+        self.unchecked_accesses = bool(unchecked_accesses)
+        self.hints = _check_hints(hints)
+        self._source: Optional[SourceFunction] = None
+        self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
+        self._lock = threading.Lock()
+        self.compile_count = 0
+
+    @property
+    def is_unsafe(self) -> bool:
+        """True if the kernel turns a check off (``unchecked_accesses``) or takes raw pointers."""
+        return self.unchecked_accesses or any(isinstance(p.spec, PointerSpec)
+                                              for p in self.params)
+
+    @property
+    def source(self) -> SourceFunction:
+        if self._source is None:
+            self._source = SourceFunction.parse(self.fn)
+        return self._source
+
+    # -- compilation ------------------------------------------------------------------------
+    def _compiled(self, spec: Specialization) -> tuple[KernelIR, InterpretedKernel]:
+        entry = self._cache.get(spec)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(spec)
+                if entry is None:
+                    ir = lower_kernel(self.name, self.source, self.params, spec,
+                                      unchecked_accesses=self.unchecked_accesses)
+                    entry = (ir, compile_kernel(ir))
+                    self._cache[spec] = entry
+                    self.compile_count += 1
+        return entry
+
+    def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
+        """Compile (without running) for these arguments and return the typed IR."""
+        prepared = prepare(self.name, self.params, [resolve(a) for a in args], grid,
+                           caller_location())
+        return self._compiled(prepared.specialization)[0]
+
+    def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:
+        """The printed IR for these arguments (see :meth:`ir`)."""
+        return print_ir(self.ir(*args, grid=grid))
+
+    # -- launching --------------------------------------------------------------------------
+    def launch(self, *args: Any, grid: Optional[Sequence[int]] = None) -> DeviceOp[tuple]:
+        """A lazy launch; ``grid`` defaults to the tile grid of the partitioned outputs."""
+        where = caller_location()
+        if self.is_unsafe and _unsafe_depth.get() == 0:
+            why = ("unchecked_accesses=True" if self.unchecked_accesses
+                   else "it takes raw tc.Ptr parameters")
+            raise UnsafeError(f"kernel '{self.name}' is unsafe ({why}) and is launched outside "
+                              "'with ts.unsafe():'", where,
+                              hint="wrap the launch in 'with ts.unsafe():' after checking the "
+                              "kernel cannot access out of bounds or race")
+
+        def run() -> tuple:
+            values = [resolve(a) for a in args]
+            prepared = prepare(self.name, self.params, values, grid, where)
+            _, executable = self._compiled(prepared.specialization)
+            executable.run(prepared.bindings, prepared.grid)
+            return recover(prepared)
+
+        return DeviceOp(run, f"{self.name}(...)")
+
+    def __call__(self, *args: Any) -> DeviceOp[tuple]:
+        return self.launch(*args)
+
+    def __repr__(self) -> str:
+        flag = " unsafe" if self.is_unsafe else ""
+        return f"<tilesafe kernel {self.name}{flag}>"
+
+
+def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
+           hints: Optional[dict] = None):
+    """Decorate a tile kernel: ``@ts.kernel`` or ``@ts.kernel(unchecked_accesses=True)``.
+
+    Args:
+        unchecked_accesses: turn off bounds checks; makes the kernel unsafe (launch it inside
+            ``with ts.unsafe():``).
+        hints: per-architecture optimization hints, e.g.
+            ``{"sm_90": {"num_cta_in_cga": 2, "occupancy": 1}}``; unknown names are an error.
+    """
+    def wrap(f: Callable) -> Kernel:
+        return Kernel(f, unchecked_accesses=unchecked_accesses, hints=hints)
+    return wrap(fn) if fn is not None else wrap
+
+
+def function(fn: Callable) -> DeviceFunction:
+    """Decorate a device function: callable from kernels and other device functions, inlined
+    at each call site. It takes and returns tiles, tensors, partitions and constants."""
+    return DeviceFunction(fn)

@@ -1,0 +1,1 @@
+"""The host runtime: devices, host tensors and partitions, ownership, and launch preparation."""

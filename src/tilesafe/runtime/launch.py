@@ -1,0 +1,153 @@
+"""The launch boundary: ``prepare`` validates a launch and marshals its arguments before
+anything runs; ``recover`` hands back the very objects the caller passed (same type in, same
+type out).
+
+Checks, in order, each with its own error: argument count and kinds, moved tensors
+(MovedError), a mutable argument overlapping any other argument (AliasingError), the signature
+(dtype, rank, static extents, partition tile shape and rank: ArgumentError/PartitionError, via
+``compiler.specialize``), equal grids for all partitions, unsafe kernels outside
+``ts.unsafe()`` (checked when the launch is created).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..compiler.ops.memory import MutTensorBinding, PointerBinding, TensorBinding
+from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
+from ..compiler.specialize import ArgInfo, Specialization, specialize
+from ..dtypes import DType
+from ..errors import AliasingError, ArgumentError, Location, PartitionError
+from .partition import Partition
+from .tensor import Tensor
+
+
+@dataclass
+class PreparedLaunch:
+    """A validated launch: its specialization, grid, and the marshalled arguments."""
+
+    specialization: Specialization
+    grid: tuple[int, int, int]
+    bindings: list[Any]
+    args: tuple[Any, ...]
+
+
+def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
+    if isinstance(value, Partition):
+        value._check_usable("launch with it")
+        t = value._tensor
+        return ArgInfo("partition", t.dtype, t.shape, value.tile_shape)
+    if isinstance(value, Tensor):
+        value._check_usable("launch with it")
+        return ArgInfo("tensor", value.dtype, value.shape)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str, DType, tuple)):
+        return ArgInfo("const", value=value)
+    if isinstance(value, np.ndarray):
+        raise ArgumentError(f"argument '{param.name}' of '{kernel_name}' is a numpy array",
+                            where, hint="wrap it: ts.tensor(array) (and .partition(tile) for "
+                            "an output)")
+    raise ArgumentError(f"argument '{param.name}' of '{kernel_name}' has unsupported type "
+                        f"{type(value).__name__}", where)
+
+
+def _footprint(t: Tensor) -> tuple[int, int]:
+    """The half-open element range [lo, hi) of the allocation that ``t`` can touch."""
+    if t.size == 0:
+        return (t._offset, t._offset)
+    lo = hi = t._offset
+    for d, s in zip(t.shape, t.strides):
+        span = (d - 1) * s
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    return (lo, hi + 1)
+
+
+def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
+                    where: Location) -> None:
+    tensors = []
+    for p, a in zip(params, args):
+        if isinstance(a, Partition):
+            tensors.append((p.name, a._tensor, True))
+        elif isinstance(a, Tensor):
+            tensors.append((p.name, a, isinstance(p.spec, PointerSpec)))
+    for i, (name_a, ta, mut_a) in enumerate(tensors):
+        for name_b, tb, mut_b in tensors[i + 1:]:
+            if not (mut_a or mut_b) or ta._buffer is not tb._buffer:
+                continue
+            (lo_a, hi_a), (lo_b, hi_b) = _footprint(ta), _footprint(tb)
+            if lo_a < hi_b and lo_b < hi_a:
+                mutable = name_a if mut_a else name_b
+                raise AliasingError(
+                    f"arguments '{name_a}' and '{name_b}' of '{kernel_name}' overlap in memory "
+                    f"and '{mutable}' is mutable: tile programs could race", where,
+                    hint="pass disjoint tensors (copy the input first), or compute in place "
+                    "by loading the MutTensor itself with z.load()")
+
+
+def _binding(param: Param, value: Any, spec: Specialization) -> Any:
+    if isinstance(param.spec, ConstSpec):
+        return None
+    if isinstance(param.spec, ScalarSpec):
+        return param.spec.dtype.round(np.asarray(value))
+    if isinstance(value, Partition):
+        t = value._tensor
+        return MutTensorBinding(t._array(), t.dtype, value.tile_shape)
+    if isinstance(param.spec, PointerSpec):
+        return PointerBinding(value._buffer, value._offset, value.dtype)
+    return TensorBinding(value._array(), value.dtype)
+
+
+def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Sequence[int]],
+                kernel_name: str, where: Location) -> tuple[int, int, int]:
+    """The grid: given explicitly, or the (common) tile grid of the partitioned outputs."""
+    grids = {p.name: a.grid for p, a in zip(params, args) if isinstance(a, Partition)}
+    if grid is not None:
+        g = (grid,) if isinstance(grid, int) else tuple(grid)
+        if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
+            raise ArgumentError(f"grid {grid!r} must be 1 to 3 non-negative ints", where)
+        for name, pg in grids.items():
+            if pg != g[:len(pg)]:
+                raise PartitionError(f"explicit grid {g} differs from the grid {pg} of "
+                                     f"partition '{name}'", where)
+        return tuple(g) + (1,) * (3 - len(g))
+    if not grids:
+        raise ArgumentError(f"kernel '{kernel_name}' has no partitioned output to infer the "
+                            f"grid from", where, hint="pass one: kernel.launch(*args, grid=(n,))")
+    distinct = set(grids.values())
+    if len(distinct) > 1:
+        listing = ", ".join(f"'{n}': {g}" for n, g in grids.items())
+        raise PartitionError(f"partitions of '{kernel_name}' have different grids ({listing})",
+                             where, hint="every MutTensor output must have the same number of "
+                             "tiles per axis")
+    g = distinct.pop()
+    return tuple(g) + (1,) * (3 - len(g))
+
+
+def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
+            grid: Optional[Sequence[int]], where: Location) -> PreparedLaunch:
+    """Validate a launch and marshal its arguments; raises before anything runs."""
+    if len(args) != len(params):
+        raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) "
+                            f"({', '.join(p.name for p in params)}), got {len(args)}", where)
+    infos = [_arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
+    _check_aliasing(params, args, kernel_name, where)
+    spec = specialize(kernel_name, list(params), infos, where)
+    g = launch_grid(params, args, grid, kernel_name, where)
+    bindings = [_binding(p, a, spec) for p, a in zip(params, args)
+                if not isinstance(p.spec, ConstSpec)]
+    return PreparedLaunch(spec, g, bindings, tuple(args))
+
+
+def recover(prepared: PreparedLaunch) -> tuple[Any, ...]:
+    """The launch's arguments, as the same objects the caller passed."""
+    return prepared.args
+
+
+__all__ = ["PreparedLaunch", "prepare", "recover", "launch_grid"]
