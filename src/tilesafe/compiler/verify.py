@@ -2,24 +2,21 @@
 
 Checks that each operand is defined before use in an enclosing scope, that each op's result
 types are what its registry type rule says, that region bodies end in a ``yield`` matching
-their op, that tiles obey the shape rules, and that raw-pointer ops appear only in unsafe
-kernels. A failure here is a compiler bug, reported as a CompileError at the op's line.
+their op, and that tiles obey the shape rules. A failure here is a compiler bug, reported as a CompileError at the op's line.
 """
 
 from __future__ import annotations
 
-from ..errors import CompileError, SafetyError
+from ..errors import CompileError
 from .ir import Block, KernelIR, Operation
 from .registry import get_op
-from .types import PointerType, TileType, tile_shape_problem
+from .types import TileType, tile_shape_problem
 
 
 def verify(kernel: KernelIR) -> None:
     """Raise CompileError if ``kernel`` breaks an IR invariant."""
     defined = {p.value.id for p in kernel.params}
-    unsafe = kernel.unchecked_accesses or any(isinstance(p.value.type, PointerType)
-                                              for p in kernel.params)
-    _verify_block(kernel, kernel.body, defined, unsafe, terminator=None)
+    _verify_block(kernel, kernel.body, defined, terminator=None)
 
 
 def _fail(kernel: KernelIR, op: Operation, message: str) -> CompileError:
@@ -28,17 +25,13 @@ def _fail(kernel: KernelIR, op: Operation, message: str) -> CompileError:
                         "with the kernel source")
 
 
-def _verify_block(kernel: KernelIR, block: Block, defined: set[int], unsafe: bool,
-                  terminator) -> None:
+def _verify_block(kernel: KernelIR, block: Block, defined: set[int], terminator) -> None:
     scope = set(defined) | {a.id for a in block.args}
     for index, op in enumerate(block.ops):
         definition = get_op(op.name)
         for v in op.operands:
             if v.id not in scope:
                 raise _fail(kernel, op, f"operand {v!r} is used before it is defined")
-        if op.name in ("ptr_load", "ptr_store") and not unsafe:
-            raise SafetyError("raw pointer access in a safe kernel", op.location,
-                              kernel=kernel.name)
         expected = definition.infer(tuple(v.type for v in op.operands), op.attrs)
         if tuple(r.type for r in op.results) != tuple(expected):
             raise _fail(kernel, op, f"result types {[str(r.type) for r in op.results]} differ "
@@ -55,7 +48,7 @@ def _verify_block(kernel: KernelIR, block: Block, defined: set[int], unsafe: boo
             if tuple(v.type for v in op.operands) != terminator:
                 raise _fail(kernel, op, "yielded types differ from the enclosing op's results")
         for region in op.regions:
-            _verify_block(kernel, region, scope, unsafe,
+            _verify_block(kernel, region, scope,
                           terminator=tuple(r.type for r in op.results))
             if not region.ops or region.ops[-1].name != "yield":
                 raise _fail(kernel, op, "region does not end with yield")
