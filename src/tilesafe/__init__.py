@@ -13,15 +13,17 @@ from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, Ke
 from .exec.deviceop import DeviceOp
 from .kernel import Kernel, function, kernel, unsafe
 from .runtime.device import Device, default_device, devices
-from .runtime.factory import arange, empty, full, ones, tensor, zeros
-from .runtime.partition import Partition
+from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
+from .runtime.interop import from_dlpack
+from .runtime.partition import BorrowMut, Partition, borrow_mut
 from .runtime.tensor import Tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
     "kernel", "function", "unsafe", "Kernel", "DeviceOp", "Tensor", "Partition", "Device",
-    "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "tensor",
+    "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
+    "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",

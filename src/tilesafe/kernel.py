@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import functools
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .backends.interp import InterpretedKernel, compile_kernel
@@ -21,6 +22,7 @@ from .compiler.specialize import Specialization
 from .errors import SignatureError, UnsafeError
 from .exec.deviceop import DeviceOp, resolve
 from .runtime.callsite import caller_location
+from .runtime.allocation import release_all
 from .runtime.launch import prepare, recover
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
@@ -125,7 +127,11 @@ class Kernel:
 
     # -- launching --------------------------------------------------------------------------
     def launch(self, *args: Any, grid: Optional[Sequence[int]] = None) -> DeviceOp[tuple]:
-        """A lazy launch; ``grid`` defaults to the tile grid of the partitioned outputs."""
+        """A lazy launch; ``grid`` defaults to the tile grid of the partitioned outputs.
+
+        When no argument is itself a pending DeviceOp, the launch is validated right here and
+        its arguments are lent to it (shared inputs, exclusive outputs) until it completes.
+        """
         where = caller_location()
         if self.is_unsafe and _unsafe_depth.get() == 0:
             why = ("unchecked_accesses=True" if self.unchecked_accesses
@@ -135,14 +141,25 @@ class Kernel:
                               hint="wrap the launch in 'with ts.unsafe():' after checking the "
                               "kernel cannot access out of bounds or race")
 
-        def run() -> tuple:
-            values = [resolve(a) for a in args]
-            prepared = prepare(self.name, self.params, values, grid, where)
-            _, executable = self._compiled(prepared.specialization)
-            executable.run(prepared.bindings, prepared.grid)
-            return recover(prepared)
+        label = f"{self.name}(...) launched at {where}"
+        early = None
+        if not any(isinstance(a, DeviceOp) for a in args):
+            early = prepare(self.name, self.params, list(args), grid, where)
 
-        return DeviceOp(run, f"{self.name}(...)")
+        def run() -> tuple:
+            prepared = early or prepare(self.name, self.params, [resolve(a) for a in args],
+                                        grid, where)
+            try:
+                _, executable = self._compiled(prepared.specialization)
+                executable.run(prepared.bindings, prepared.grid)
+            finally:
+                results = recover(prepared)
+            return results
+
+        op = DeviceOp(run, label)
+        if early is not None:  # an op dropped without being driven gives its loans back
+            weakref.finalize(op, release_all, early.loans)
+        return op
 
     def __call__(self, *args: Any) -> DeviceOp[tuple]:
         return self.launch(*args)

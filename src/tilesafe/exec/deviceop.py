@@ -23,7 +23,7 @@ U = TypeVar("U")
 class DeviceOp(Generic[T]):
     """A lazy unit of device work producing a value of type ``T`` when driven."""
 
-    __slots__ = ("_run", "label", "_driven_at")
+    __slots__ = ("_run", "label", "_driven_at", "__weakref__")
 
     def __init__(self, run: Callable[[], T], label: str):
         self._run = run

@@ -1,4 +1,8 @@
-"""Tensor constructors. Each returns a lazy DeviceOp that allocates and fills when driven."""
+"""Tensor constructors. Each returns a lazy DeviceOp that allocates and fills when driven.
+
+Random constructors are seeded (``seed=None`` draws a fresh seed) and use numpy's PCG64, so a
+seed gives the same values on every device.
+"""
 
 from __future__ import annotations
 
@@ -9,70 +13,97 @@ import numpy as np
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..exec.deviceop import DeviceOp
+from .allocation import Allocation
 from .device import Device, as_device
-from .tensor import Tensor, _normalize_shape
+from .tensor import Tensor, normalize_shape
 
 Shape = "int | Sequence[int]"
+DeviceLike = "Device | str | None"
 
 
-def _from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
+def from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
+    """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
     storage = np.ascontiguousarray(dtype.to_storage(dtype.round(values)))
-    return Tensor(storage.reshape(-1), storage.shape, dtype, device=device)
+    return Tensor(Allocation(storage.reshape(-1), device), storage.shape, dtype)
 
 
-def _op(label: str, make) -> DeviceOp[Tensor]:
-    return DeviceOp(make, label)
+def _lazy(label: str, dtype: Any, device: DeviceLike, make_values) -> DeviceOp[Tensor]:
+    dtype, dev = dt.as_dtype(dtype), as_device(device)
+    return DeviceOp(lambda: from_values(make_values(dtype), dtype, dev), label)
+
+
+def _wide(dtype: DType):
+    return np.float64 if dtype.is_float else dtype.compute
 
 
 def full(shape: Shape, value: Any, dtype: Any = dt.float32,
-         device: "Device | str | None" = None) -> DeviceOp[Tensor]:
+         device: DeviceLike = None) -> DeviceOp[Tensor]:
     """A tensor of ``shape`` filled with ``value`` (lazy: returns a DeviceOp)."""
-    dims, dtype, dev = _normalize_shape(shape), dt.as_dtype(dtype), as_device(device)
-    if not dtype.fits(value) and not (dtype.is_float and isinstance(value, (int, float))):
-        raise ValueError(f"fill value {value!r} does not fit {dtype.name}")
-    return _op(f"full({dims}, {value!r}, {dtype.short})",
-               lambda: _from_values(np.full(dims, value, dtype=np.float64 if dtype.is_float
-                                            else dtype.compute), dtype, dev))
+    dims, target = normalize_shape(shape), dt.as_dtype(dtype)
+    if not (target.fits(value) or (target.is_float and isinstance(value, (int, float)))):
+        raise ValueError(f"fill value {value!r} does not fit {target.name}")
+    return _lazy(f"full({dims}, {value!r}, {target.short})", target, device,
+                 lambda d: np.full(dims, value, dtype=_wide(d)))
 
 
-def zeros(shape: Shape, dtype: Any = dt.float32,
-          device: "Device | str | None" = None) -> DeviceOp[Tensor]:
+def zeros(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
     """A tensor of zeros (lazy)."""
     return full(shape, False if dt.as_dtype(dtype).is_bool else 0, dtype, device)
 
 
-def ones(shape: Shape, dtype: Any = dt.float32,
-         device: "Device | str | None" = None) -> DeviceOp[Tensor]:
+def ones(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
     """A tensor of ones (lazy)."""
     return full(shape, True if dt.as_dtype(dtype).is_bool else 1, dtype, device)
 
 
-def empty(shape: Shape, dtype: Any = dt.float32,
-          device: "Device | str | None" = None) -> DeviceOp[Tensor]:
-    """A tensor with unspecified contents (lazy). On the cpu device it is zero-filled."""
+def empty(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """A tensor whose contents are unspecified (lazy); on the cpu device it is zero-filled."""
     return zeros(shape, dtype, device)
 
 
 def arange(start: float, stop: Optional[float] = None, step: float = 1,
-           dtype: Any = dt.float32, device: "Device | str | None" = None) -> DeviceOp[Tensor]:
-    """``[start, start+step, ...)`` up to ``stop`` like ``numpy.arange`` (lazy)."""
+           dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """``[start, start+step, ...)`` up to ``stop``, like ``numpy.arange`` (lazy)."""
     if stop is None:
         start, stop = 0, start
-    dtype, dev = dt.as_dtype(dtype), as_device(device)
-    return _op(f"arange({start}, {stop}, {step}, {dtype.short})",
-               lambda: _from_values(np.arange(start, stop, step, dtype=np.float64
-                                              if dtype.is_float else dtype.compute), dtype, dev))
+    return _lazy(f"arange({start}, {stop}, {step})", dtype, device,
+                 lambda d: np.arange(start, stop, step, dtype=_wide(d)))
 
 
-def tensor(data: Any, dtype: Any = None,
-           device: "Device | str | None" = None) -> DeviceOp[Tensor]:
+def linspace(start: float, stop: float, num: int, dtype: Any = dt.float32,
+             device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive (lazy)."""
+    return _lazy(f"linspace({start}, {stop}, {num})", dtype, device,
+                 lambda d: np.linspace(start, stop, num))
+
+
+def eye(n: int, m: Optional[int] = None, dtype: Any = dt.float32,
+        device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """An ``n x m`` identity matrix (lazy)."""
+    return _lazy(f"eye({n}, {m})", dtype, device, lambda d: np.eye(n, m, dtype=_wide(d)))
+
+
+def rand(shape: Shape, dtype: Any = dt.float32, seed: Optional[int] = None,
+         device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """Uniform random values in [0, 1) (lazy; seeded by ``seed``)."""
+    dims = normalize_shape(shape)
+    return _lazy(f"rand({dims}, seed={seed})", dtype, device,
+                 lambda d: np.random.default_rng(seed).random(dims))
+
+
+def randn(shape: Shape, dtype: Any = dt.float32, seed: Optional[int] = None,
+          mean: float = 0.0, std: float = 1.0, device: DeviceLike = None) -> DeviceOp[Tensor]:
+    """Normally distributed random values (lazy; seeded by ``seed``)."""
+    dims = normalize_shape(shape)
+    return _lazy(f"randn({dims}, seed={seed})", dtype, device,
+                 lambda d: np.random.default_rng(seed).normal(mean, std, dims))
+
+
+def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> DeviceOp[Tensor]:
     """A tensor holding a copy of ``data`` (a numpy array or nested sequence) (lazy).
 
-    ``dtype`` defaults to the array's dtype (float64 stays float64); pass ``ts.bfloat16`` to
-    round float data to bf16.
+    ``dtype`` defaults to the array's dtype; pass ``ts.bfloat16`` to round float data to bf16.
     """
     array = np.array(data, copy=True)
-    dtype = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)
-    dev = as_device(device)
-    return _op(f"tensor({array.shape}, {dtype.short})",
-               lambda: _from_values(array, dtype, dev))
+    target = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)
+    return _lazy(f"tensor({array.shape}, {target.short})", target, device, lambda d: array)

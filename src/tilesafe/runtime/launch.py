@@ -5,8 +5,9 @@ type out).
 Checks, in order, each with its own error: argument count and kinds, moved tensors
 (MovedError), a mutable argument overlapping any other argument (AliasingError), the signature
 (dtype, rank, static extents, partition tile shape and rank: ArgumentError/PartitionError, via
-``compiler.specialize``), equal grids for all partitions, unsafe kernels outside
-``ts.unsafe()`` (checked when the launch is created).
+``compiler.specialize``), equal grids for all partitions, and the loans of pending work
+(BorrowError). Unsafe kernels outside ``ts.unsafe()`` are rejected when the launch is created.
+A successful ``prepare`` lends the arguments to the launch until ``recover``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
 from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
 from ..errors import AliasingError, ArgumentError, Location, PartitionError
+from .allocation import Loan, release_all
 from .partition import Partition
 from .tensor import Tensor
 
@@ -33,6 +35,8 @@ class PreparedLaunch:
     grid: tuple[int, int, int]
     bindings: list[Any]
     args: tuple[Any, ...]
+    loans: list[Loan]
+    where: Location
 
 
 def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
@@ -55,20 +59,6 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
                         f"{type(value).__name__}", where)
 
 
-def _footprint(t: Tensor) -> tuple[int, int]:
-    """The half-open element range [lo, hi) of the allocation that ``t`` can touch."""
-    if t.size == 0:
-        return (t._offset, t._offset)
-    lo = hi = t._offset
-    for d, s in zip(t.shape, t.strides):
-        span = (d - 1) * s
-        if span < 0:
-            lo += span
-        else:
-            hi += span
-    return (lo, hi + 1)
-
-
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                     where: Location) -> None:
     tensors = []
@@ -79,16 +69,37 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
             tensors.append((p.name, a, isinstance(p.spec, PointerSpec)))
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
-            if not (mut_a or mut_b) or ta._buffer is not tb._buffer:
+            if not (mut_a or mut_b) or ta._alloc is not tb._alloc:
                 continue
-            (lo_a, hi_a), (lo_b, hi_b) = _footprint(ta), _footprint(tb)
+            (lo_a, hi_a), (lo_b, hi_b) = ta.footprint(), tb.footprint()
             if lo_a < hi_b and lo_b < hi_a:
                 mutable = name_a if mut_a else name_b
                 raise AliasingError(
                     f"arguments '{name_a}' and '{name_b}' of '{kernel_name}' overlap in memory "
                     f"and '{mutable}' is mutable: tile programs could race", where,
-                    hint="pass disjoint tensors (copy the input first), or compute in place "
-                    "by loading the MutTensor itself with z.load()")
+                    hint="pass disjoint tensors (copy the input first with .clone()), or "
+                    "compute in place by loading the MutTensor itself with z.load()")
+
+
+def _take_loans(params: Sequence[Param], args: Sequence[Any], holder: str,
+                where: Location) -> list[Loan]:
+    """Check every argument against the loans of pending work, then lend them all to this
+    launch: shared for inputs, mutable for outputs and raw pointers."""
+    wanted = []
+    for p, a in zip(params, args):
+        if isinstance(a, Partition):
+            wanted.append((a._tensor, True, f"launch with the partition '{p.name}'"))
+        elif isinstance(a, Tensor):
+            mutable = isinstance(p.spec, PointerSpec)
+            wanted.append((a, mutable, f"launch with '{p.name}'"))
+    for tensor, mutable, action in wanted:
+        lo, hi = tensor.footprint()
+        tensor._alloc.check(lo, hi, write=mutable, action=action, where=where)
+    loans = []
+    for tensor, mutable, _ in wanted:
+        lo, hi = tensor.footprint()
+        loans.append(tensor._alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where))
+    return loans
 
 
 def _binding(param: Param, value: Any, spec: Specialization) -> Any:
@@ -100,7 +111,7 @@ def _binding(param: Param, value: Any, spec: Specialization) -> Any:
         t = value._tensor
         return MutTensorBinding(t._array(), t.dtype, value.tile_shape)
     if isinstance(param.spec, PointerSpec):
-        return PointerBinding(value._buffer, value._offset, value.dtype)
+        return PointerBinding(value._alloc.data, value._offset, value.dtype)
     return TensorBinding(value._array(), value.dtype)
 
 
@@ -142,11 +153,17 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     g = launch_grid(params, args, grid, kernel_name, where)
     bindings = [_binding(p, a, spec) for p, a in zip(params, args)
                 if not isinstance(p.spec, ConstSpec)]
-    return PreparedLaunch(spec, g, bindings, tuple(args))
+    loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where)
+    return PreparedLaunch(spec, g, bindings, tuple(args), loans, where)
 
 
 def recover(prepared: PreparedLaunch) -> tuple[Any, ...]:
-    """The launch's arguments, as the same objects the caller passed."""
+    """Complete the launch on the host side: release its loans, spend the borrowed
+    partitions (their borrow ends here), and return the very objects the caller passed."""
+    release_all(prepared.loans)
+    for a in prepared.args:
+        if isinstance(a, Partition) and a.is_borrowed:
+            a._spend("was borrowed by a launch that completed", prepared.where)
     return prepared.args
 
 

@@ -1,0 +1,103 @@
+"""Allocations and the loans on them: who may touch which bytes right now.
+
+An :class:`Allocation` is one block of device memory (on ``cpu``, a 1-D numpy array of the
+storage dtype). Tensors are typed, strided views of an allocation. Work that is created but not
+yet complete (a pending DeviceOp, a borrowed partition) holds :class:`Loan` s on the byte
+ranges it may touch: *shared* loans for inputs, *mutable* loans for outputs. While a loan
+lasts, DESIGN.md's rule 8 applies:
+
+* reading bytes under a mutable loan raises :class:`~tilesafe.errors.BorrowError`;
+* writing, or lending mutably, bytes under any loan raises it too.
+
+Completion (sync, an awaited future, an observed event) releases the loan. Byte ranges are the
+conservative footprint ``[lowest, highest]`` of a view.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import BorrowError, Location
+from .device import Device
+
+
+@dataclass(eq=False)
+class Loan:
+    """A borrow of ``[lo, hi)`` bytes of an allocation by pending work ``holder``."""
+
+    allocation: "Allocation"
+    lo: int
+    hi: int
+    mutable: bool
+    holder: str
+    where: Optional[Location]
+    id: int = field(default_factory=itertools.count().__next__)
+
+    def overlaps(self, lo: int, hi: int) -> bool:
+        return self.lo < hi and lo < self.hi
+
+    def describe(self) -> str:
+        kind = "mutably" if self.mutable else "shared"
+        at = f" (created at {self.where})" if self.where else ""
+        return f"{kind} borrowed by {self.holder}{at}"
+
+
+class Allocation:
+    """A block of memory on one device, with its active loans.
+
+    Attributes:
+        data: the backing store (a 1-D numpy array on ``cpu``).
+        device: where it lives.
+        owner: a foreign object kept alive with the memory (DLPack imports), or None.
+    """
+
+    __slots__ = ("data", "device", "owner", "loans", "__weakref__")
+
+    def __init__(self, data: Any, device: Device, owner: Any = None):
+        self.data = data
+        self.device = device
+        self.owner = owner
+        self.loans: list[Loan] = []
+
+    @property
+    def itemsize(self) -> int:
+        return self.data.itemsize
+
+    # -- checks ---------------------------------------------------------------------------
+    def conflict(self, lo: int, hi: int, *, write: bool) -> Optional[Loan]:
+        """The first loan that forbids reading (``write=False``) or writing/lending mutably
+        (``write=True``) the bytes ``[lo, hi)``, or None."""
+        for loan in self.loans:
+            if loan.overlaps(lo, hi) and (write or loan.mutable):
+                return loan
+        return None
+
+    def check(self, lo: int, hi: int, *, write: bool, action: str, where: Location) -> None:
+        loan = self.conflict(lo, hi, write=write)
+        if loan is not None:
+            raise BorrowError(f"cannot {action}: its memory is {loan.describe()}, which has not "
+                              "completed", where,
+                              hint="drive that work to completion first (.sync() or await it); "
+                              "its results come back from the launch")
+
+    # -- lending --------------------------------------------------------------------------
+    def lend(self, lo: int, hi: int, *, mutable: bool, holder: str,
+             where: Optional[Location]) -> Loan:
+        loan = Loan(self, lo, hi, mutable, holder, where)
+        self.loans.append(loan)
+        return loan
+
+    def release(self, loan: Loan) -> None:
+        try:
+            self.loans.remove(loan)
+        except ValueError:
+            pass  # already released
+
+
+def release_all(loans: list[Loan]) -> None:
+    """Release every loan in ``loans`` (idempotent) and empty the list."""
+    for loan in loans:
+        loan.allocation.release(loan)
+    loans.clear()

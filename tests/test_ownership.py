@@ -1,0 +1,247 @@
+"""The host half of the safety model (DESIGN.md rules 6-9) on the cpu device: partitions,
+moves, exclusive borrows, aliasing through views, loans of pending work, and rejected launches
+that leave everything unchanged and usable."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.errors import (AliasingError, ArgumentError, BorrowError, MovedError,
+                             PartitionError)
+
+
+@ts.kernel
+def increment(z: tc.MutTensor[tc.f32, "S"]):
+    z.store(z.load() + 1.0)
+
+
+@ts.kernel
+def copy2d(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1, -1)]):
+    z.store(tc.load_tile_like(x, z))
+
+
+@ts.kernel
+def scale1d(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], alpha: float):
+    z.store(tc.load_tile_like(x, z) * alpha)
+
+
+# -- partitions: exact cover and disjointness -------------------------------------------------
+
+pow2 = st.sampled_from([1, 2, 4, 8, 16])
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 40), min_size=1, max_size=3), data=st.data())
+def test_partition_tiles_cover_every_element_exactly_once(shape, data):
+    tile = tuple(data.draw(pow2) for _ in shape)
+    p = ts.zeros(tuple(shape)).sync().partition(tile)
+    assert p.grid == tuple(-(-d // t) for d, t in zip(shape, tile))
+    p, = increment(p).sync()  # each program adds 1 to its own tile only
+    assert np.array_equal(p.unpartition().numpy(), np.ones(shape, np.float32))
+
+
+def test_partition_grid_non_divisible():
+    assert ts.zeros((100, 33)).sync().partition((32, 32)).grid == (4, 2)
+    assert ts.zeros((7, 5)).sync().partition((4, 2)).grid == (2, 3)
+
+
+# -- moves ------------------------------------------------------------------------------------
+
+def test_partition_moves_the_tensor_and_views_of_it():
+    t = ts.zeros(64).sync()
+    view = t[8:16]
+    p = t.partition(16)
+    line = inspect.currentframe().f_lineno - 1  # the line of the move
+    for use in (t.numpy, view.numpy, lambda: t.partition(8), lambda: t[0:2]):
+        with pytest.raises(MovedError, match=f"moved at .*test_ownership.py:{line}"):
+            use()
+    with pytest.raises(MovedError):
+        increment(t.partition(16)).sync()
+    back = p.unpartition()
+    assert np.array_equal(back.numpy(), np.zeros(64, np.float32))
+    with pytest.raises(MovedError, match="unpartitioned"):
+        p.unpartition()
+
+
+# -- borrow_mut -------------------------------------------------------------------------------
+
+def test_borrowed_partition_writes_in_place_and_ends_at_completion():
+    t = ts.zeros((6, 10)).sync()
+    op = increment(ts.borrow_mut(t).partition((4, 4)))
+    with pytest.raises(BorrowError, match="mutably borrowed"):
+        t.numpy()  # the launch is pending
+    p, = op.sync()
+    assert np.array_equal(t.numpy(), np.ones((6, 10), np.float32))  # changed in place
+    with pytest.raises(MovedError, match="borrowed by a launch that completed"):
+        increment(p)
+    increment(ts.borrow_mut(t).partition((4, 4))).sync()  # borrow again
+    assert np.array_equal(t.numpy(), np.full((6, 10), 2, np.float32))
+
+
+def test_borrowed_partition_of_a_slice_changes_only_that_slice():
+    t = ts.zeros((8, 8)).sync()
+    increment(ts.borrow_mut(t[2:5, 1:7]).partition((2, 4))).sync()
+    expected = np.zeros((8, 8), np.float32)
+    expected[2:5, 1:7] = 1
+    assert np.array_equal(t.numpy(), expected)
+
+
+def test_pending_launch_blocks_other_borrows_and_moves_until_it_completes():
+    t = ts.zeros(32).sync()
+    op = increment(ts.borrow_mut(t).partition(8))
+    with pytest.raises(BorrowError):
+        ts.borrow_mut(t).partition(8)
+    with pytest.raises(BorrowError):
+        t.partition(8)
+    with pytest.raises(BorrowError):
+        increment(ts.borrow_mut(t[0:8]).partition(8))
+    op.sync()
+    p = ts.borrow_mut(t).partition(8)
+    assert p.unpartition() is t
+    t.numpy()
+
+
+def test_borrowed_partition_of_a_moved_tensor_cannot_launch():
+    t = ts.zeros(32).sync()
+    p = ts.borrow_mut(t).partition(8)
+    t.partition(8)
+    with pytest.raises(MovedError, match="moved at"):
+        increment(p)
+
+
+# -- loans of pending work ------------------------------------------------------------------
+
+def test_shared_input_of_a_pending_launch_can_be_read_but_not_written():
+    x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
+    op = scale1d(ts.zeros(16).sync().partition(8), x, 2.0)
+    assert np.array_equal(x.numpy(), np.arange(16))  # shared reads are fine
+    with pytest.raises(BorrowError, match="shared borrowed"):
+        ts.borrow_mut(x).partition(8)
+    with pytest.raises(BorrowError):
+        x.copy_(ts.zeros(16).sync()).sync()
+    z, _, _ = op.sync()
+    assert np.array_equal(z.unpartition().numpy(), 2 * np.arange(16))
+    ts.borrow_mut(x).partition(8).unpartition()  # free again
+
+
+def test_dropping_an_undriven_launch_returns_its_loans():
+    t = ts.zeros(16).sync()
+    op = increment(ts.borrow_mut(t).partition(8))
+    del op
+    t.numpy()
+
+
+# -- rejected launches leave everything unchanged -------------------------------------------
+
+def _assert_unchanged_and_usable(out_tensor, expected):
+    assert np.array_equal(out_tensor.numpy(), expected)
+    increment(ts.borrow_mut(out_tensor).partition((4,) * out_tensor.ndim)).sync()
+    assert np.array_equal(out_tensor.numpy(), expected + 1)
+
+
+def test_aliasing_through_overlapping_slices_is_rejected():
+    base = ts.tensor(np.arange(20, dtype=np.float32)).sync()
+    with pytest.raises(AliasingError, match="overlap"):
+        scale1d(ts.borrow_mut(base[0:10]).partition(4), base[5:15], 2.0)
+    _assert_unchanged_and_usable(base, np.arange(20, dtype=np.float32))
+    # disjoint slices of one allocation are fine
+    scale1d(ts.borrow_mut(base[0:10]).partition(4), base[10:20], 2.0).sync()
+    assert np.array_equal(base.numpy()[:10], 2 * (np.arange(10, 20) + 1))
+
+
+def test_transposed_view_of_the_output_as_input_is_rejected():
+    t = ts.tensor(np.arange(16, dtype=np.float32).reshape(4, 4)).sync()
+    with pytest.raises(AliasingError, match="'z' and 'x'"):
+        copy2d(ts.borrow_mut(t).partition((2, 2)), t.T)
+    _assert_unchanged_and_usable(t, np.arange(16, dtype=np.float32).reshape(4, 4))
+
+
+@pytest.mark.parametrize("case", ["rank4", "tile_shape", "dtype", "moved", "pending"])
+def test_rejected_launches(case):
+    x = ts.tensor(np.arange(16, dtype=np.float32).reshape(4, 4)).sync()
+    out = ts.zeros((4, 4)).sync()
+    if case == "rank4":
+        with pytest.raises(PartitionError, match="rank 4"):
+            copy2d(ts.borrow_mut(out.reshape(1, 1, 4, 4)).partition((1, 1, 2, 2)), x)
+    elif case == "tile_shape":
+        @ts.kernel
+        def fixed(z: tc.MutTensor[tc.f32, (2, 2)], x: tc.Tensor[tc.f32, (-1, -1)]):
+            z.store(tc.load_tile_like(x, z))
+        with pytest.raises(PartitionError, match=r"tile shape \(4, 4\) differs"):
+            fixed(ts.borrow_mut(out).partition((4, 4)), x)
+    elif case == "dtype":
+        with pytest.raises(ArgumentError, match="dtype f32, got f64"):
+            copy2d(ts.borrow_mut(out).partition((2, 2)),
+                   ts.tensor(np.ones((4, 4))).sync())
+    elif case == "moved":
+        moved = ts.zeros((4, 4)).sync()
+        moved.partition((2, 2))
+        with pytest.raises(MovedError):
+            copy2d(ts.borrow_mut(out).partition((2, 2)), moved)
+    elif case == "pending":
+        pending = copy2d(ts.borrow_mut(x).partition((2, 2)), out)
+        with pytest.raises(BorrowError):
+            copy2d(ts.borrow_mut(out).partition((2, 2)), x)
+        pending.sync()
+        x = ts.tensor(np.arange(16, dtype=np.float32).reshape(4, 4)).sync()
+    # every rejected launch left the tensors unchanged and usable
+    assert np.array_equal(x.numpy(), np.arange(16).reshape(4, 4))
+    _assert_unchanged_and_usable(out, np.zeros((4, 4), np.float32))
+
+
+# -- zero-copy views ---------------------------------------------------------------------------
+
+def test_kernel_reads_a_slice_without_copying():
+    base = np.arange(200, dtype=np.float32).reshape(10, 20)
+    t = ts.tensor(base).sync()
+    view = t[2:9, 3:18:2]
+    assert view.shape == (7, 8) and view.strides == (20, 2)
+    z, _ = copy2d(ts.zeros((7, 8)).sync().partition((4, 4)), view).sync()
+    assert np.array_equal(z.unpartition().numpy(), base[2:9, 3:18:2])
+
+
+def test_views_reshape_permute_and_slice():
+    t = ts.arange(24).sync()
+    m = t.view(4, 6)
+    assert np.array_equal(m.numpy(), np.arange(24).reshape(4, 6))
+    assert np.array_equal(m.T.numpy(), np.arange(24).reshape(4, 6).T)
+    assert np.array_equal(m.slice(range(1, 3), (2, 6)).numpy(),
+                          np.arange(24).reshape(4, 6)[1:3, 2:6])
+    assert np.array_equal(m[:, ::2].numpy(), np.arange(24).reshape(4, 6)[:, ::2])
+    assert np.array_equal(m.permute(1, 0).numpy(), np.arange(24).reshape(4, 6).T)
+    with pytest.raises(ValueError, match="without a copy"):
+        m.T.reshape(24)
+    assert np.array_equal(m.T.clone().sync().reshape(24).numpy(),
+                          np.arange(24).reshape(4, 6).T.reshape(24))
+
+
+# -- interop -----------------------------------------------------------------------------------
+
+def test_from_dlpack_shares_memory_with_numpy():
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ts.from_dlpack(arr)
+    increment(ts.borrow_mut(t).partition((2, 2))).sync()
+    assert np.array_equal(arr, np.arange(12).reshape(3, 4) + 1)  # written through
+    arr[0, 0] = 100
+    assert t.numpy()[0, 0] == 100
+    back = np.from_dlpack(t)
+    back[2, 3] = -1
+    assert arr[2, 3] == -1
+
+
+def test_constructors():
+    assert np.array_equal(ts.eye(3).sync().numpy(), np.eye(3))
+    assert np.allclose(ts.linspace(0, 1, 5).sync().numpy(), np.linspace(0, 1, 5))
+    a, b = ts.randn((4, 4), seed=3).sync().numpy(), ts.randn((4, 4), seed=3).sync().numpy()
+    assert np.array_equal(a, b) and a.std() > 0
+    r = ts.rand(1000, seed=1).sync().numpy()
+    assert r.min() >= 0 and r.max() < 1
+    t = ts.full((2, 3), 7, ts.int16).sync()
+    assert t.numpy().dtype == np.int16 and t.nbytes == 12 and t.is_contiguous
