@@ -15,7 +15,7 @@ from .kernel import Kernel, function, kernel, unsafe
 from .runtime.device import Device, default_device, devices
 from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
 from .runtime.interop import from_dlpack
-from .runtime.partition import BorrowMut, Partition, borrow_mut
+from .runtime.partition import BorrowMut, MappedPartition, Partition, borrow_mut
 from .runtime.tensor import Tensor
 
 __version__ = "0.1.0"
@@ -24,6 +24,7 @@ __all__ = [
     "kernel", "function", "unsafe", "Kernel", "DeviceOp", "Tensor", "Partition", "Device",
     "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
     "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",
+    "MappedPartition",
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",

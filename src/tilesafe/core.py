@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect as _inspect
 
 from .compiler import registry as _registry
-from .compiler.signature import Const, MutTensor, Ptr, Tensor
+from .compiler.signature import Const, MappedPartitionMut, MutTensor, Ptr, Tensor
 from .dtypes import (DType, b1, bf16, bfloat16, bool_, f16, f32, f64, float16, float32,
                      float64, i8, i16, i32, i64, int8, int16, int32, int64, u8, u16, u32, u64,
                      uint8, uint16, uint32, uint64)
@@ -43,7 +43,7 @@ for _name in _FUNCTIONS:
     globals()[_name] = _make_stub(_registry.BUILTINS[_name])
 
 __all__ = [
-    "Tensor", "MutTensor", "Const", "Ptr", "DType",
+    "Tensor", "MutTensor", "MappedPartitionMut", "Const", "Ptr", "DType",
     "bool_", "b1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
     "f64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
     "bfloat16", "float32", "float64",

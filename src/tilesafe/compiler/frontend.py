@@ -30,9 +30,11 @@ from .builder import IRBuilder, describe, is_py_scalar
 from .ir import Block, KernelIR, KernelParam, Value
 from .ops.elementwise import BINARY_OPERATORS
 from .ops.memory import tensor_shape
-from .signature import ConstSpec, Param, PointerSpec, ScalarSpec, TensorSpec
+from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
 from .specialize import Specialization
-from .types import PartitionViewType, TensorViewType, TileType
+from .ops.mapped import IndexStream
+from .types import (MappedPartitionType, PartitionIndexType, PartitionViewType, TensorViewType,
+                    TileType)
 from .verify import verify
 
 registry.load_all()
@@ -139,6 +141,10 @@ def _receiver_kind(value: Value) -> Optional[str]:
         return "mut_tensor" if t.mutable else "tensor"
     if isinstance(t, PartitionViewType):
         return "partition"
+    if isinstance(t, MappedPartitionType):
+        return "mapped"
+    if isinstance(t, PartitionIndexType):
+        return "index"
     return None
 
 
@@ -360,6 +366,9 @@ class FunctionLowering:
             self.range_loop(node, [self.expr(a) for a in iterable.args])
             return
         seq = self.expr(iterable)
+        if isinstance(seq, IndexStream):
+            self.mapped_loop(node, seq.partition)
+            return
         if isinstance(seq, tuple):  # compile-time sequence: unrolled
             for item in seq:
                 self.assign(node.target, item, node)
@@ -369,8 +378,6 @@ class FunctionLowering:
                          "loops over compile-time tuples) are supported")
 
     def range_loop(self, node: ast.For, bounds: list[Any]) -> None:
-        if not isinstance(node.target, ast.Name):
-            raise self.error(UnsupportedSyntaxError, node, "the loop variable must be a name")
         if not 1 <= len(bounds) <= 3:
             raise self.error(CompileError, node, "range() takes 1 to 3 arguments")
         lb, ub, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
@@ -384,6 +391,24 @@ class FunctionLowering:
                 raise self.error(CompileError, node, f"range bounds must be integers, got "
                                  f"{describe(v)}")
         lbv, ubv, stepv = self.b.coerce([lb, ub, step], "range bounds")
+        self.emit_loop(node, lbv, ubv, stepv, lambda iv: iv)
+
+    def mapped_loop(self, node: ast.For, partition: Value) -> None:
+        """``for idx in z.iter_indices()``: tile ids from this block's id, strided by the number
+        of blocks, each mapped to owned tile coordinates (see ops/mapped.py)."""
+        first = self.b.emit1("tile_block_id", (), {"axis": 0})
+        stride = self.b.emit1("num_tile_blocks", (), {"axis": 0})
+        count = self.b.emit1("mapped_count", (partition,))
+        self.emit_loop(node, first, count, stride,
+                       lambda iv: self.b.emit1("mapped_index", (partition, iv)))
+
+    def emit_loop(self, node: ast.For, lbv: Value, ubv: Value, stepv: Value,
+                  bind: Any) -> None:
+        """A ``for`` op over ``[lb, ub)`` by ``step``; ``bind(iv)`` is the loop variable's
+        value. Variables the body reassigns are carried; names first bound inside the body
+        (and the loop variable) are not visible after it."""
+        if not isinstance(node.target, ast.Name):
+            raise self.error(UnsupportedSyntaxError, node, "the loop variable must be a name")
         name = node.target.id
         carried = [n for n in _assigned_names(node.body)
                    if n != name and n in self.env and not isinstance(self.env[n], _Undefined)]
@@ -399,10 +424,10 @@ class FunctionLowering:
         body = Block(args=[Value(lbv.type, name)] + [Value(v.type, n) for n, v in
                                                       zip(carried, inits)])
         before = dict(self.env)
-        self.env[name] = body.args[0]
         for n, arg in zip(carried, body.args[1:]):
             self.env[n] = arg
         with self.b.inside(body):
+            self.env[name] = bind(body.args[0])
             self.block(node.body)
             nexts = []
             for n, init in zip(carried, inits):
@@ -768,6 +793,7 @@ def lower_kernel(name: str, source: SourceFunction, params: list[Param],
         t = spec.type_of(p.name)
         kind = ("pointer" if isinstance(p.spec, PointerSpec) else
                 "scalar" if isinstance(p.spec, ScalarSpec) else
+                "mapped" if isinstance(p.spec, MappedSpec) else
                 "mut_tensor" if isinstance(p.spec, TensorSpec) and p.spec.mutable else "tensor")
         value = Value(t, p.name)
         env[p.name] = value

@@ -23,9 +23,9 @@ InferFn = Callable[[tuple[IRType, ...], dict[str, Any]], tuple[IRType, ...]]
 EvalFn = Callable[..., Any]
 BuildFn = Callable[..., Any]
 
-# Receiver kinds for methods: a tile value, a shared tensor, a mutable (owned) tensor,
-# a partition of a shared tensor.
-RECEIVER_KINDS = ("tile", "tensor", "mut_tensor", "partition")
+# Receiver kinds for methods: a tile value, a shared tensor, a mutable (owned) tensor, a
+# partition of a shared tensor, a mapped output partition, a partition index.
+RECEIVER_KINDS = ("tile", "tensor", "mut_tensor", "partition", "mapped", "index")
 
 
 @dataclass(eq=False)

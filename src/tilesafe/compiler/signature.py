@@ -11,6 +11,8 @@ Forms:
 * ``tc.Const[int]`` (or ``float``, ``bool``, ``tc.DType``) — a compile-time constant; every
   distinct value compiles its own specialization.
 * ``int`` / ``float`` / ``bool`` / a dtype — a runtime scalar (int -> i32, float -> f32).
+* ``tc.MappedPartitionMut[dtype, tile_shape, map_shape]`` — several owned output tiles per
+  program (persistent kernels).
 * ``tc.Ptr[dtype]`` — a raw pointer: makes the kernel unsafe.
 """
 
@@ -104,7 +106,16 @@ class PointerSpec:
     dtype: DType
 
 
-ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec]
+@dataclass(frozen=True)
+class MappedSpec:
+    """``tc.MappedPartitionMut[dtype, tile_shape, map_shape]``."""
+
+    dtype: Union[DType, str]
+    tile_shape: Union[tuple[ShapeEntry, ...], str]
+    map_shape: Union[tuple[ShapeEntry, ...], str]
+
+
+ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec]
 
 
 class _TensorAnnotation:
@@ -133,6 +144,22 @@ class MutTensor(_TensorAnnotation):
     partition (``"S"``) or a tuple of ints and ``tc.Const`` names."""
 
     _mutable = True
+
+
+class MappedPartitionMut:
+    """``tc.MappedPartitionMut[dtype, tile_shape, map_shape]``: a partitioned output of which
+    this program owns several tiles, for persistent kernels (host: ``t.partition(tile_shape)
+    .map(map_shape, num_tile_blocks)``). Iterate them with ``for idx in z.iter_indices():``
+    and store with ``z.store(tile, idx)``: only indices minted by this partition's
+    ``iter_indices()`` are accepted, so programs stay disjoint. ``tile_shape`` and
+    ``map_shape`` are tuples or names bound from the launch's mapped partition."""
+
+    def __class_getitem__(cls, item):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise SignatureError("MappedPartitionMut[...] takes a dtype, a tile shape and a map "
+                                 "shape, e.g. tc.MappedPartitionMut[tc.f16, \"S\", \"M\"]")
+        return MappedSpec(_dtype_entry(item[0]), _shape_entries(item[1], True),
+                          _shape_entries(item[2], True))
 
 
 class Const:
@@ -166,7 +193,7 @@ class Param:
 
 
 def _spec_of(annotation: Any) -> ParamSpec:
-    if isinstance(annotation, (TensorSpec, ConstSpec, ScalarSpec, PointerSpec)):
+    if isinstance(annotation, (TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec)):
         return annotation
     if annotation is Const:
         return ConstSpec(None)
@@ -218,11 +245,12 @@ def parse_signature(fn: Any, file: str, first_line: int) -> list[Param]:
     names = {p.name for p in params}
     consts = {p.name for p in params if isinstance(p.spec, ConstSpec)}
     for p in params:
-        if isinstance(p.spec, TensorSpec) and isinstance(p.spec.shape, tuple):
-            for d in p.spec.shape:
-                if isinstance(d, str) and d not in consts:
-                    raise SignatureError(
-                        f"parameter '{p.name}': shape entry {d!r} is not a tc.Const parameter",
-                        where, hint=f"add a parameter '{d}: tc.Const[int]'"
-                        if d not in names else f"declare '{d}' as tc.Const[int]")
+        shapes = (p.spec.shape,) if isinstance(p.spec, TensorSpec) else \
+            (p.spec.tile_shape, p.spec.map_shape) if isinstance(p.spec, MappedSpec) else ()
+        for d in (d for shape in shapes if isinstance(shape, tuple) for d in shape):
+            if isinstance(d, str) and d not in consts:
+                raise SignatureError(
+                    f"parameter '{p.name}': shape entry {d!r} is not a tc.Const parameter",
+                    where, hint=f"add a parameter '{d}: tc.Const[int]'"
+                    if d not in names else f"declare '{d}' as tc.Const[int]")
     return params

@@ -14,16 +14,17 @@ from typing import Any, Optional, Union
 
 from ..dtypes import DType
 from ..errors import ArgumentError, PartitionError
-from .signature import ConstSpec, Param, PointerSpec, ScalarSpec, TensorSpec
-from .types import (MAX_PARTITION_RANK, PointerType, TensorViewType, TileType,
-                    tile_shape_problem)
+from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
+from .types import (MAX_PARTITION_RANK, MappedPartitionType, PointerType, TensorViewType,
+                    TileType, tile_shape_problem)
 
 
 @dataclass(frozen=True)
 class ArgInfo:
     """What the compiler needs to know about one launch argument.
 
-    kind: ``"tensor"``, ``"partition"``, ``"scalar"`` or ``"const"`` (a Python value).
+    kind: ``"tensor"``, ``"partition"``, ``"mapped"`` (``value`` holds the map shape) or
+    ``"const"`` (a Python value, for constants and runtime scalars).
     """
 
     kind: str
@@ -96,6 +97,9 @@ def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
                                     f"tensor", where)
             types.append((p.name, PointerType(spec.dtype)))
             continue
+        if isinstance(spec, MappedSpec):
+            types.append((p.name, _mapped_type(kernel_name, p, spec, a, consts, bound, where)))
+            continue
         types.append((p.name, _tensor_type(kernel_name, p, spec, a, consts, bound, where)))
     return Specialization(tuple(consts.items()), tuple(types), tuple(sorted(
         bound.items(), key=lambda kv: kv[0])))
@@ -119,6 +123,50 @@ def _bind(name: str, value: Any, bound: dict, what: str, kernel_name: str, where
     bound[name] = value
 
 
+def _static_shape(spec_shape, actual: tuple[int, ...], consts: dict, bound: dict, what: str,
+                  label: str, kernel_name: str, where) -> tuple[int, ...]:
+    """Bind or check a static shape (a name or a tuple of ints and Const names)."""
+    if isinstance(spec_shape, str):
+        _bind(spec_shape, actual, bound, what, kernel_name, where)
+        return actual
+    static = tuple(consts[d] if isinstance(d, str) else d for d in spec_shape)
+    if static != actual:
+        raise PartitionError(f"{label}: {what} {actual} differs from the kernel's static "
+                             f"shape {static}", where, hint=f"use {static}")
+    return static
+
+
+def _check_dtype(spec_dtype, a: ArgInfo, bound: dict, p: Param, label: str,
+                 kernel_name: str, where) -> None:
+    if isinstance(spec_dtype, str):
+        _bind(spec_dtype, a.dtype, bound, f"'{p.name}' ({a.dtype.short})", kernel_name, where)
+    elif a.dtype is not spec_dtype:
+        raise ArgumentError(f"{label} must have dtype {spec_dtype.short}, got {a.dtype.short}",
+                            where, hint=f"convert the tensor on the host or change the "
+                            f"annotation to {a.dtype.short}")
+
+
+def _mapped_type(kernel_name: str, p: Param, spec: MappedSpec, a: ArgInfo, consts: dict,
+                 bound: dict, where) -> MappedPartitionType:
+    label = f"argument '{p.name}' of '{kernel_name}'"
+    if a.kind != "mapped":
+        raise ArgumentError(f"{label} is a tc.MappedPartitionMut: pass "
+                            f"t.partition(tile_shape).map(map_shape, num_tile_blocks), got a "
+                            f"{a.kind}", where)
+    _check_dtype(spec.dtype, a, bound, p, label, kernel_name, where)
+    tile = _static_shape(spec.tile_shape, tuple(a.tile_shape), consts, bound,
+                         "partition tile shape", label, kernel_name, where)
+    mapping = _static_shape(spec.map_shape, tuple(a.value), consts, bound, "map shape", label,
+                            kernel_name, where)
+    if len(mapping) != len(tile):
+        raise PartitionError(f"{label}: map shape {mapping} and tile shape {tile} differ in "
+                             "rank", where)
+    problem = tile_shape_problem(tile)
+    if problem:
+        raise PartitionError(f"{label}: {problem}", where, hint="partition with powers of two")
+    return MappedPartitionType(a.dtype, tile, mapping, p.name)
+
+
 def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, consts: dict,
                  bound: dict, where) -> TensorViewType:
     label = f"argument '{p.name}' of '{kernel_name}'"
@@ -130,27 +178,15 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
         raise ArgumentError(f"{label} is a shared tc.Tensor, got a {a.kind}", where,
                             hint="pass the tensor itself (partitions are for MutTensor "
                             "outputs); unpartition() gives the tensor back")
-    if isinstance(spec.dtype, str):
-        _bind(spec.dtype, a.dtype, bound, f"'{p.name}' ({a.dtype.short})", kernel_name, where)
-    elif a.dtype is not spec.dtype:
-        raise ArgumentError(f"{label} must have dtype {spec.dtype.short}, got {a.dtype.short}",
-                            where, hint=f"convert the tensor on the host or change the "
-                            f"annotation to {a.dtype.short}")
+    _check_dtype(spec.dtype, a, bound, p, label, kernel_name, where)
     if spec.mutable:
         tile = tuple(a.tile_shape)
         if len(tile) > MAX_PARTITION_RANK:
             raise PartitionError(f"{label}: a partition of rank {len(tile)} cannot be launched; "
                                  f"the CUDA grid has at most {MAX_PARTITION_RANK} axes", where,
                                  hint="reshape the tensor to rank <= 3 before partitioning")
-        if isinstance(spec.shape, str):
-            _bind(spec.shape, tile, bound, f"the partition of '{p.name}'", kernel_name, where)
-            static = tile
-        else:
-            static = tuple(consts[d] if isinstance(d, str) else d for d in spec.shape)
-            if static != tile:
-                raise PartitionError(f"{label}: partition tile shape {tile} differs from the "
-                                     f"kernel's static shape {static}", where,
-                                     hint=f"partition with {static}")
+        _static_shape(spec.shape, tile, consts, bound, "partition tile shape", label,
+                      kernel_name, where)
         problem = tile_shape_problem(tile)
         if problem:
             raise PartitionError(f"{label}: {problem}", where,

@@ -110,7 +110,44 @@ class PointerType:
         return f"ptr<{self.dtype.short}>"
 
 
-IRType = TileType | TensorViewType | PartitionViewType | PointerType
+@dataclass(frozen=True)
+class MappedPartitionType:
+    """A ``tc.MappedPartitionMut`` parameter: an output partitioned into ``tile_shape`` tiles,
+    of which this program owns the statically scheduled set that ``iter_indices()`` yields.
+    ``map_shape`` groups the tile grid (``(GM, GN)`` bands); ``brand`` is the parameter name,
+    so indices of one mapped partition cannot be used with another."""
+
+    dtype: DType
+    tile_shape: tuple[int, ...]
+    map_shape: tuple[int, ...]
+    brand: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.tile_shape)
+
+    @property
+    def tile_type(self) -> TileType:
+        return TileType(self.dtype, self.tile_shape)
+
+    def __str__(self) -> str:
+        return (f"mapped_partition<{'x'.join(map(str, self.tile_shape))}x{self.dtype.short}, "
+                f"map={list(self.map_shape)}, '{self.brand}'>")
+
+
+@dataclass(frozen=True)
+class PartitionIndexType:
+    """A tile index minted by ``iter_indices()`` of the mapped partition named ``brand``."""
+
+    rank: int
+    brand: str
+
+    def __str__(self) -> str:
+        return f"partition_index<{self.rank}, '{self.brand}'>"
+
+
+IRType = (TileType | TensorViewType | PartitionViewType | PointerType | MappedPartitionType
+          | PartitionIndexType)
 
 
 def is_power_of_two(n: int) -> bool:

@@ -17,13 +17,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..compiler.ops.mapped import MappedBinding
 from ..compiler.ops.memory import MutTensorBinding, PointerBinding, TensorBinding
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
 from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
 from ..errors import AliasingError, ArgumentError, Location, PartitionError
 from .allocation import Loan, release_all
-from .partition import Partition
+from .partition import MappedPartition, Partition
 from .tensor import Tensor
 
 
@@ -39,7 +40,20 @@ class PreparedLaunch:
     where: Location
 
 
+def _outputs(args: Sequence[Any]):
+    """(index, partition) for every partitioned output argument, mapped ones included."""
+    for i, a in enumerate(args):
+        if isinstance(a, MappedPartition):
+            yield i, a.partition
+        elif isinstance(a, Partition):
+            yield i, a
+
+
 def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
+    if isinstance(value, MappedPartition):
+        value.partition._check_usable("launch with it")
+        t = value.partition._tensor
+        return ArgInfo("mapped", t.dtype, t.shape, value.partition.tile_shape, value.map_shape)
     if isinstance(value, Partition):
         value._check_usable("launch with it")
         t = value._tensor
@@ -62,9 +76,10 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                     where: Location) -> None:
     tensors = []
-    for p, a in zip(params, args):
-        if isinstance(a, Partition):
-            tensors.append((p.name, a._tensor, True))
+    outputs = dict(_outputs(args))
+    for i, (p, a) in enumerate(zip(params, args)):
+        if i in outputs:
+            tensors.append((p.name, outputs[i]._tensor, True))
         elif isinstance(a, Tensor):
             tensors.append((p.name, a, isinstance(p.spec, PointerSpec)))
     for i, (name_a, ta, mut_a) in enumerate(tensors):
@@ -86,9 +101,10 @@ def _take_loans(params: Sequence[Param], args: Sequence[Any], holder: str,
     """Check every argument against the loans of pending work, then lend them all to this
     launch: shared for inputs, mutable for outputs and raw pointers."""
     wanted = []
-    for p, a in zip(params, args):
-        if isinstance(a, Partition):
-            wanted.append((a._tensor, True, f"launch with the partition '{p.name}'"))
+    outputs = dict(_outputs(args))
+    for i, (p, a) in enumerate(zip(params, args)):
+        if i in outputs:
+            wanted.append((outputs[i]._tensor, True, f"launch with the partition '{p.name}'"))
         elif isinstance(a, Tensor):
             mutable = isinstance(p.spec, PointerSpec)
             wanted.append((a, mutable, f"launch with '{p.name}'"))
@@ -107,6 +123,9 @@ def _binding(param: Param, value: Any, spec: Specialization) -> Any:
         return None
     if isinstance(param.spec, ScalarSpec):
         return param.spec.dtype.round(np.asarray(value))
+    if isinstance(value, MappedPartition):
+        t = value.partition._tensor
+        return MappedBinding(t._array(), t.dtype, value.partition.tile_shape, value.map_shape)
     if isinstance(value, Partition):
         t = value._tensor
         return MutTensorBinding(t._array(), t.dtype, value.tile_shape)
@@ -118,7 +137,8 @@ def _binding(param: Param, value: Any, spec: Specialization) -> Any:
 def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Sequence[int]],
                 kernel_name: str, where: Location) -> tuple[int, int, int]:
     """The grid: given explicitly, or the (common) tile grid of the partitioned outputs."""
-    grids = {p.name: a.grid for p, a in zip(params, args) if isinstance(a, Partition)}
+    grids = {p.name: a.grid for p, a in zip(params, args)
+             if isinstance(a, (Partition, MappedPartition))}
     if grid is not None:
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
@@ -161,9 +181,9 @@ def recover(prepared: PreparedLaunch) -> tuple[Any, ...]:
     """Complete the launch on the host side: release its loans, spend the borrowed
     partitions (their borrow ends here), and return the very objects the caller passed."""
     release_all(prepared.loans)
-    for a in prepared.args:
-        if isinstance(a, Partition) and a.is_borrowed:
-            a._spend("was borrowed by a launch that completed", prepared.where)
+    for _, partition in _outputs(prepared.args):
+        if partition.is_borrowed:
+            partition._spend("was borrowed by a launch that completed", prepared.where)
     return prepared.args
 
 

@@ -84,12 +84,68 @@ class Partition:
         self._spend("was unpartitioned", caller_location())
         return self._borrowed_from if self._borrowed_from is not None else self._tensor
 
+    def map(self, map_shape: "int | Sequence[int]", num_tile_blocks: int) -> "MappedPartition":
+        """Schedule this partition's tiles over ``num_tile_blocks`` persistent tile programs.
+
+        Each program owns the tiles with ids ``b, b + num_tile_blocks, ...`` (ids in grouped
+        order, see ``map_shape``); the kernel takes it as a ``tc.MappedPartitionMut``.
+        ``map_shape`` has the partition's rank: ``(1, 1)`` is row-major, ``(GM, 1)`` walks bands
+        of GM tile rows, ``(GM, GN)`` blocks of GM x GN tiles.
+        """
+        self._check_usable("map it")
+        return MappedPartition(self, map_shape, num_tile_blocks)
+
     def __repr__(self) -> str:
         if self._spent_at is not None:
             return f"Partition(<{self._spent_why} at {self._spent_at}>)"
         kind = "borrowed " if self.is_borrowed else ""
         return (f"Partition({kind}shape={self._tensor.shape}, tile_shape={self.tile_shape}, "
                 f"grid={self.grid}, dtype={self._tensor.dtype.short})")
+
+
+class MappedPartition:
+    """A partition scheduled over a fixed number of persistent tile programs (see
+    :meth:`Partition.map`); passed to a ``tc.MappedPartitionMut`` parameter. The launch grid
+    is ``(num_tile_blocks,)``."""
+
+    __slots__ = ("partition", "map_shape", "num_tile_blocks")
+
+    def __init__(self, partition: Partition, map_shape: "int | Sequence[int]",
+                 num_tile_blocks: int):
+        where = caller_location()
+        shape = (map_shape,) if isinstance(map_shape, int) else tuple(map_shape)
+        rank = len(partition.tile_shape)
+        if not 1 <= rank <= 3:
+            raise PartitionError(f"a mapped partition has rank 1 to 3, got {rank}", where)
+        if len(shape) != rank or any(not isinstance(d, int) or d < 1 for d in shape):
+            raise PartitionError(f"map shape {shape} must be {rank} positive ints (the "
+                                 "partition's rank)", where, hint="e.g. (8, 1) to walk bands "
+                                 "of 8 tile rows, (1, 1) for row-major order")
+        if rank == 1 and shape != (1,) or rank == 3 and shape[0] != 1:
+            raise PartitionError(f"map shape {shape}: only the last two axes can be grouped",
+                                 where, hint="use 1 on the other axes")
+        total = 1
+        for g in partition.grid:
+            total *= g
+        if not isinstance(num_tile_blocks, int) or not 0 < num_tile_blocks <= max(total, 1):
+            raise PartitionError(f"num_tile_blocks must be between 1 and the number of tiles "
+                                 f"({total}), got {num_tile_blocks!r}", where)
+        self.partition = partition
+        self.map_shape = shape
+        self.num_tile_blocks = num_tile_blocks
+
+    @property
+    def grid(self) -> tuple[int]:
+        """The launch grid: one axis of ``num_tile_blocks`` programs."""
+        return (self.num_tile_blocks,)
+
+    def unpartition(self):
+        """End the mapping and the partition; returns the tensor."""
+        return self.partition.unpartition()
+
+    def __repr__(self) -> str:
+        return (f"MappedPartition({self.partition!r}, map_shape={self.map_shape}, "
+                f"num_tile_blocks={self.num_tile_blocks})")
 
 
 class BorrowMut:
