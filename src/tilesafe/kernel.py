@@ -21,7 +21,7 @@ from .compiler.signature import Param, PointerSpec, parse_signature
 from .compiler.specialize import Specialization
 from .errors import SignatureError, UnsafeError
 from .exec.deviceop import DeviceOp, resolve
-from .runtime.callsite import caller_location
+from ._callsite import caller_location
 from .runtime.allocation import release_all
 from .runtime.launch import prepare, recover
 
@@ -80,8 +80,7 @@ class Kernel:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = fn.__name__
-        code = fn.__code__
-        self.params: list[Param] = parse_signature(fn, code.co_filename, code.co_firstlineno)
+        self.params: list[Param] = parse_signature(fn)
         self.unchecked_accesses = bool(unchecked_accesses)
         self.hints = _check_hints(hints)
         self._source: Optional[SourceFunction] = None
@@ -118,7 +117,7 @@ class Kernel:
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""
         prepared = prepare(self.name, self.params, [resolve(a) for a in args], grid,
-                           caller_location())
+                           caller_location(), lend=False)
         return self._compiled(prepared.specialization)[0]
 
     def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:

@@ -108,7 +108,9 @@ class DeviceFunction:
 
     def __call__(self, *args, **kwargs):
         raise CompileError(f"device function '{self.__name__}' can only be called from a "
-                           "@ts.kernel or another @ts.function")
+                           "@ts.kernel or another @ts.function",
+                           hint="call it inside a kernel body; on the host, call the "
+                           "undecorated function or write numpy")
 
     def __repr__(self) -> str:
         return f"<tilesafe device function {self.__qualname__}>"
@@ -359,7 +361,9 @@ class FunctionLowering:
 
     def stmt_For(self, node: ast.For) -> None:
         if node.orelse:
-            raise self.error(UnsupportedSyntaxError, node, "for ... else is not supported")
+            raise self.error(UnsupportedSyntaxError, node, "for ... else is not supported",
+                             "loops always run to the end here; put the else code after the "
+                             "loop")
         iterable = node.iter
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
                 and self.lookup(iterable.func.id, iterable.func) is range:
@@ -486,9 +490,16 @@ class FunctionLowering:
         for scope in (self.outer, self.globals):
             if name in scope:
                 return self.classify_global(name, scope[name], node)
-        if hasattr(builtins, name) and name in _PY_BUILTINS:
-            return getattr(builtins, name)
-        raise self.error(KernelNameError, node, f"name '{name}' is not defined")
+        if name in _PY_BUILTINS:
+            return _PY_BUILTINS[name]
+        if hasattr(builtins, name):
+            raise self.error(KernelNameError, node, f"the Python built-in '{name}' is not "
+                             "available in kernels",
+                             "kernels run on the device: compute with tilesafe.core functions; "
+                             "inspect results on the host after .sync()")
+        raise self.error(KernelNameError, node, f"name '{name}' is not defined",
+                         "define it before this line, pass it as a parameter, or import it at "
+                         "module level")
 
     def classify_global(self, name: str, value: Any, node: ast.AST) -> Any:
         if isinstance(value, np.generic):
@@ -719,7 +730,8 @@ class FunctionLowering:
     def inline(self, func: DeviceFunction, args: list, kwargs: dict, node: ast.AST) -> Any:
         if func.fn in self.call_stack:
             raise self.error(UnsupportedSyntaxError, node, f"device function '{func.__name__}' "
-                             "calls itself; recursion is not supported")
+                             "calls itself; recursion is not supported",
+                             "device functions are inlined: write the recursion as a loop")
         sig = inspect.signature(func.fn)
         try:
             bound = sig.bind(*args, **kwargs)

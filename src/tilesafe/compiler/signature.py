@@ -24,6 +24,7 @@ from typing import Any, Optional, Union
 
 from .. import dtypes as dt
 from ..dtypes import DType
+from .._callsite import caller_location
 from ..errors import Location, SignatureError
 
 ShapeEntry = Union[int, str, None]  # int: static extent, str: Const name, None: dynamic
@@ -37,7 +38,9 @@ def _dtype_entry(value: Any) -> Union[DType, str]:
             return dt.as_dtype(value)
         except TypeError:
             if not value.isidentifier():
-                raise SignatureError(f"dtype name {value!r} is not an identifier") from None
+                raise SignatureError(f"dtype name {value!r} is not an identifier",
+                                     hint="name a dtype (\"f32\") or a dtype variable "
+                                     "(\"T\")") from None
             return value  # a dtype variable bound at launch
     try:
         return dt.as_dtype(value)
@@ -49,7 +52,8 @@ def _dtype_entry(value: Any) -> Union[DType, str]:
 def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], str]:
     if isinstance(shape, str):
         if not shape.isidentifier():
-            raise SignatureError(f"shape name {shape!r} is not an identifier")
+            raise SignatureError(f"shape name {shape!r} is not an identifier",
+                                 hint="use a name such as \"S\" or a tuple of extents")
         if not mutable:
             raise SignatureError(f"a shared tc.Tensor needs an explicit shape tuple, got "
                                  f"{shape!r}", hint="use (-1,) style dynamic dims, e.g. "
@@ -71,8 +75,9 @@ def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], s
                                      "use tc.Const parameters")
             out.append(None if d == -1 else d)
         else:
-            raise SignatureError(f"bad shape entry {d!r}: use a positive int, -1 (dynamic) or "
-                                 "the name of a tc.Const parameter")
+            raise SignatureError(f"bad shape entry {d!r}",
+                                 hint="use a positive int, -1 (dynamic) or the name of a "
+                                 "tc.Const parameter")
     return tuple(out)
 
 
@@ -118,15 +123,26 @@ class MappedSpec:
 ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec]
 
 
+def _at_annotation(build):
+    """Run an annotation constructor; a SignatureError gets the line of the annotation (the
+    first frame outside tilesafe), since annotations are evaluated where they are written."""
+    try:
+        return build()
+    except SignatureError as err:
+        raise err.with_context(location=caller_location()) from None
+
+
 class _TensorAnnotation:
     _mutable = False
 
     def __class_getitem__(cls, item):
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise SignatureError(f"{cls.__name__}[...] takes a dtype and a shape, e.g. "
-                                 f"{cls.__name__}[tc.f32, (-1,)]")
-        return TensorSpec(_dtype_entry(item[0]), _shape_entries(item[1], cls._mutable),
-                          cls._mutable)
+        def build():
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise SignatureError(f"{cls.__name__}[...] takes a dtype and a shape",
+                                     hint=f"e.g. tc.{cls.__name__}[tc.f32, (-1,)]")
+            return TensorSpec(_dtype_entry(item[0]), _shape_entries(item[1], cls._mutable),
+                              cls._mutable)
+        return _at_annotation(build)
 
 
 class Tensor(_TensorAnnotation):
@@ -155,11 +171,14 @@ class MappedPartitionMut:
     ``map_shape`` are tuples or names bound from the launch's mapped partition."""
 
     def __class_getitem__(cls, item):
-        if not isinstance(item, tuple) or len(item) != 3:
-            raise SignatureError("MappedPartitionMut[...] takes a dtype, a tile shape and a map "
-                                 "shape, e.g. tc.MappedPartitionMut[tc.f16, \"S\", \"M\"]")
-        return MappedSpec(_dtype_entry(item[0]), _shape_entries(item[1], True),
-                          _shape_entries(item[2], True))
+        def build():
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise SignatureError("MappedPartitionMut[...] takes a dtype, a tile shape and "
+                                     "a map shape",
+                                     hint="e.g. tc.MappedPartitionMut[tc.f16, \"S\", \"M\"]")
+            return MappedSpec(_dtype_entry(item[0]), _shape_entries(item[1], True),
+                              _shape_entries(item[2], True))
+        return _at_annotation(build)
 
 
 class Const:
@@ -167,11 +186,13 @@ class Const:
     parameter. Its value is part of the kernel's specialization."""
 
     def __class_getitem__(cls, item):
-        if item not in (int, float, bool, DType, str):
-            raise SignatureError(f"tc.Const[{item!r}] is not supported",
-                                 hint="use tc.Const[int], tc.Const[float], tc.Const[bool] or "
-                                 "tc.Const[tc.DType]")
-        return ConstSpec(item)
+        def build():
+            if item not in (int, float, bool, DType, str):
+                raise SignatureError(f"tc.Const[{item!r}] is not supported",
+                                     hint="use tc.Const[int], tc.Const[float], tc.Const[bool] "
+                                     "or tc.Const[tc.DType]")
+            return ConstSpec(item)
+        return _at_annotation(build)
 
 
 class Ptr:
@@ -180,7 +201,13 @@ class Ptr:
     ``with ts.unsafe():``."""
 
     def __class_getitem__(cls, item):
-        return PointerSpec(dt.as_dtype(item) if not isinstance(item, DType) else item)
+        def build():
+            try:
+                return PointerSpec(dt.as_dtype(item))
+            except TypeError as err:
+                raise SignatureError(f"tc.Ptr[{item!r}]: {err}",
+                                     hint="use a dtype, e.g. tc.Ptr[tc.f32]") from None
+        return _at_annotation(build)
 
 
 @dataclass(frozen=True)
@@ -198,18 +225,20 @@ def _spec_of(annotation: Any) -> ParamSpec:
     if annotation is Const:
         return ConstSpec(None)
     if annotation in (Tensor, MutTensor):
-        raise SignatureError(f"{annotation.__name__} needs a dtype and shape, e.g. "
-                             f"tc.{annotation.__name__}[tc.f32, (-1,)]")
+        raise SignatureError(f"{annotation.__name__} needs a dtype and a shape",
+                             hint=f"e.g. tc.{annotation.__name__}[tc.f32, (-1,)]")
     if annotation in (int, float, bool) or isinstance(annotation, DType):
         return ScalarSpec(dt.as_dtype(annotation))
     if annotation is inspect.Parameter.empty:
         raise SignatureError("parameter has no annotation",
                              hint="annotate it: tc.Tensor[...], tc.MutTensor[...], "
                              "tc.Const[int], int, float or a dtype")
-    raise SignatureError(f"unsupported parameter annotation {annotation!r}")
+    raise SignatureError(f"unsupported parameter annotation {annotation!r}",
+                         hint="use tc.Tensor[...], tc.MutTensor[...], tc.MappedPartitionMut[...],"
+                         " tc.Const[...], tc.Ptr[...], int, float, bool or a dtype")
 
 
-def _evaluate_annotations(fn: Any, where: Location) -> dict[str, Any]:
+def _evaluate_annotations(fn: Any, where: Location, kernel: str) -> dict[str, Any]:
     """The annotations as objects. String annotations (``from __future__ import annotations``)
     are evaluated with each parameter name standing for itself, so ``tc.MutTensor[tc.f32,
     (BM, BN)]`` may name ``tc.Const`` parameters without quotes."""
@@ -220,26 +249,47 @@ def _evaluate_annotations(fn: Any, where: Location) -> dict[str, Any]:
         if isinstance(value, str):
             try:
                 value = eval(value, fn.__globals__, names)  # noqa: S307 (the user's own source)
+            except SignatureError as err:
+                raise SignatureError(f"parameter '{key}': {err.message}", where, kernel=kernel,
+                                     hint=err.hint) from None
             except Exception as err:
-                raise SignatureError(f"cannot evaluate the annotation {value!r} of "
-                                     f"'{fn.__name__}': {err}", where) from None
+                raise SignatureError(f"cannot evaluate the annotation {value!r} of parameter "
+                                     f"'{key}': {err}", where, kernel=kernel,
+                                     hint="annotations may use names visible where the kernel "
+                                     "is defined, and the kernel's own parameter names") from None
         out[key] = value
     return out
 
 
-def parse_signature(fn: Any, file: str, first_line: int) -> list[Param]:
+def _def_line(fn: Any) -> Location:
+    """The location of the ``def`` line (decorators come before it)."""
+    code = fn.__code__
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return Location(code.co_filename, code.co_firstlineno)
+    for offset, line in enumerate(lines):
+        if line.lstrip().startswith(("def ", "async def ")):
+            return Location(code.co_filename, start + offset, len(line) - len(line.lstrip()))
+    return Location(code.co_filename, start)
+
+
+def parse_signature(fn: Any) -> list[Param]:
     """The parameters of a kernel function, checked; errors point at the ``def`` line."""
-    where = Location(file, first_line)
-    annotations = _evaluate_annotations(fn, where)
+    where = _def_line(fn)
+    kernel = fn.__name__
+    annotations = _evaluate_annotations(fn, where, kernel)
     params = []
     for p in inspect.signature(fn).parameters.values():
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise SignatureError(f"parameter '{p.name}': *args, **kwargs and keyword-only "
-                                 "parameters are not supported in kernels", where)
+                                 "parameters are not supported in kernels", where,
+                                 kernel=kernel, hint="declare each parameter by name with an "
+                                 "annotation; pass compile-time options as tc.Const parameters")
         try:
             spec = _spec_of(annotations.get(p.name, inspect.Parameter.empty))
         except SignatureError as err:
-            raise SignatureError(f"parameter '{p.name}': {err.message}", where,
+            raise SignatureError(f"parameter '{p.name}': {err.message}", where, kernel=kernel,
                                  hint=err.hint) from None
         params.append(Param(p.name, spec, where))
     names = {p.name for p in params}
@@ -251,6 +301,6 @@ def parse_signature(fn: Any, file: str, first_line: int) -> list[Param]:
             if isinstance(d, str) and d not in consts:
                 raise SignatureError(
                     f"parameter '{p.name}': shape entry {d!r} is not a tc.Const parameter",
-                    where, hint=f"add a parameter '{d}: tc.Const[int]'"
+                    where, kernel=kernel, hint=f"add a parameter '{d}: tc.Const[int]'"
                     if d not in names else f"declare '{d}' as tc.Const[int]")
     return params

@@ -67,16 +67,15 @@ def _const_ok(spec: ConstSpec, value: Any) -> bool:
 def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
                where: Any = None) -> Specialization:
     """Check the arguments against the signature; raises a LaunchError subclass on mismatch."""
-    if len(args) != len(params):
-        raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) "
-                            f"({', '.join(p.name for p in params)}), got {len(args)}", where)
     consts: dict[str, Any] = {}
     for p, a in zip(params, args):
         if isinstance(p.spec, ConstSpec):
             if a.kind != "const" or not _const_ok(p.spec, a.value):
+                wanted = p.spec.type.__name__ if p.spec.type else "a constant"
                 raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a compile-time "
-                                    f"constant ({p.spec.type.__name__ if p.spec.type else 'any'})"
-                                    f", got {a.value!r}", where)
+                                    f"constant ({wanted}), got {_describe(a)}", where,
+                                    hint=f"pass a Python {wanted} value; each distinct value "
+                                    "compiles its own specialization")
             consts[p.name] = float(a.value) if p.spec.type is float else a.value
     bound: dict[str, Any] = {}
     types = []
@@ -87,14 +86,16 @@ def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
         if isinstance(spec, ScalarSpec):
             if a.kind != "const" or not _scalar_fits(spec.dtype, a.value):
                 raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a "
-                                    f"{spec.dtype.short} scalar, got {a.value!r}", where)
+                                    f"{spec.dtype.short} scalar, got {_describe(a)}", where,
+                                    hint=f"pass a Python number that fits {spec.dtype.short}")
             types.append((p.name, TileType(spec.dtype, ())))
             continue
         if isinstance(spec, PointerSpec):
             if a.kind != "tensor" or a.dtype is not spec.dtype:
                 raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is a raw "
-                                    f"{spec.dtype.short} pointer: pass a {spec.dtype.short} "
-                                    f"tensor", where)
+                                    f"{spec.dtype.short} pointer, got {_describe(a)}", where,
+                                    hint=f"pass a {spec.dtype.short} tensor (its memory is "
+                                    "passed as the pointer)")
             types.append((p.name, PointerType(spec.dtype)))
             continue
         if isinstance(spec, MappedSpec):
@@ -103,6 +104,14 @@ def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
         types.append((p.name, _tensor_type(kernel_name, p, spec, a, consts, bound, where)))
     return Specialization(tuple(consts.items()), tuple(types), tuple(sorted(
         bound.items(), key=lambda kv: kv[0])))
+
+
+def _describe(a: ArgInfo) -> str:
+    if a.kind == "const":
+        return repr(a.value)
+    if a.kind == "tensor":
+        return f"a {a.dtype.short} tensor of shape {a.shape}"
+    return f"a {a.kind} partition of a {a.dtype.short} tensor"
 
 
 def _scalar_fits(dtype: DType, value: Any) -> bool:
@@ -201,6 +210,8 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
         want = consts[d] if isinstance(d, str) else d
         if want is not None and want != actual:
             raise ArgumentError(f"{label}: static extent {want} differs from the tensor's "
-                                f"shape {a.shape}", where)
+                                f"shape {a.shape}", where,
+                                hint="pass a tensor of that extent, or declare the dimension "
+                                "dynamic (-1) in the annotation")
         dims.append(want)
     return TensorViewType(a.dtype, tuple(dims), False)

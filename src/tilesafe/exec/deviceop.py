@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from ..errors import DeviceOpError
-from ..runtime.callsite import caller_location
+from .._callsite import caller_location
 
 T = TypeVar("T")
 U = TypeVar("U")

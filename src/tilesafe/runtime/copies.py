@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from ..exec.deviceop import DeviceOp
-from .callsite import caller_location
+from .._callsite import caller_location
 from .device import Device, as_device
 from .factory import from_values
 from .tensor import Tensor

@@ -23,7 +23,7 @@ DeviceLike = "Device | str | None"
 
 def from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
     """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
-    storage = np.ascontiguousarray(dtype.to_storage(dtype.round(values)))
+    storage = np.array(dtype.to_storage(dtype.round(values)), order="C", copy=True)
     return Tensor(Allocation(storage.reshape(-1), device), storage.shape, dtype)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ArgumentError
 from .allocation import Allocation
-from .callsite import caller_location
+from .._callsite import caller_location
 from .device import CPU
 from .tensor import Tensor
 

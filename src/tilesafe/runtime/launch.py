@@ -70,7 +70,9 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
                             where, hint="wrap it: ts.tensor(array) (and .partition(tile) for "
                             "an output)")
     raise ArgumentError(f"argument '{param.name}' of '{kernel_name}' has unsupported type "
-                        f"{type(value).__name__}", where)
+                        f"{type(value).__name__}", where,
+                        hint="pass tilesafe tensors (ts.tensor(...)), partitions, or Python "
+                        "numbers")
 
 
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
@@ -142,11 +144,14 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
     if grid is not None:
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
-            raise ArgumentError(f"grid {grid!r} must be 1 to 3 non-negative ints", where)
+            raise ArgumentError(f"grid {grid!r} must be 1 to 3 non-negative ints", where,
+                                hint="e.g. grid=(128,) or grid=(8, 8)")
         for name, pg in grids.items():
             if pg != g[:len(pg)]:
                 raise PartitionError(f"explicit grid {g} differs from the grid {pg} of "
-                                     f"partition '{name}'", where)
+                                     f"partition '{name}'", where,
+                                     hint="omit grid= to use the partition's grid; each "
+                                     "program owns exactly one tile of it")
         return tuple(g) + (1,) * (3 - len(g))
     if not grids:
         raise ArgumentError(f"kernel '{kernel_name}' has no partitioned output to infer the "
@@ -162,18 +167,23 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
 
 
 def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
-            grid: Optional[Sequence[int]], where: Location) -> PreparedLaunch:
-    """Validate a launch and marshal its arguments; raises before anything runs."""
+            grid: Optional[Sequence[int]], where: Location, *,
+            lend: bool = True) -> PreparedLaunch:
+    """Validate a launch and marshal its arguments; raises before anything runs. With
+    ``lend=False`` (compiling without running) the arguments are checked but not borrowed."""
     if len(args) != len(params):
         raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) "
-                            f"({', '.join(p.name for p in params)}), got {len(args)}", where)
+                            f"({', '.join(p.name for p in params)}), got {len(args)}", where,
+                            hint="pass one value per parameter, in order (tc.Const values "
+                            "included)")
     infos = [_arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
     _check_aliasing(params, args, kernel_name, where)
     spec = specialize(kernel_name, list(params), infos, where)
     g = launch_grid(params, args, grid, kernel_name, where)
     bindings = [_binding(p, a, spec) for p, a in zip(params, args)
                 if not isinstance(p.spec, ConstSpec)]
-    loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where)
+    loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where) \
+        if lend else []
     return PreparedLaunch(spec, g, bindings, tuple(args), loans, where)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import numpy as np
+
 from ..errors import Location, MovedError, PartitionError
-from .callsite import caller_location
+from .._callsite import caller_location
 from .tensor import Tensor
 
 
@@ -25,14 +27,17 @@ class Partition:
 
     def __init__(self, tensor: Tensor, tile_shape: "int | Sequence[int]", *,
                  borrowed_from: Optional[Tensor] = None):
-        tile = (tile_shape,) if isinstance(tile_shape, int) else tuple(tile_shape)
+        tile = (tile_shape,) if isinstance(tile_shape, (int, np.integer)) else tuple(tile_shape)
+        if any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 1
+               for t in tile):
+            raise PartitionError(f"tile shape {tile_shape!r} must be positive integers",
+                                 caller_location(), hint="e.g. t.partition(1024) or "
+                                 "t.partition((64, 64))")
+        tile = tuple(int(t) for t in tile)
         if len(tile) != tensor.ndim:
             raise PartitionError(f"tile shape {tile} has rank {len(tile)} but the tensor has "
                                  f"shape {tensor.shape}", caller_location(),
                                  hint="give one tile extent per tensor dimension")
-        if any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in tile):
-            raise PartitionError(f"tile shape {tile} must be positive integers",
-                                 caller_location())
         self._tensor = tensor
         self.tile_shape = tile
         self._spent_at: Optional[Location] = None

@@ -16,7 +16,7 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import Location, MovedError
 from .allocation import Allocation
-from .callsite import caller_location
+from .._callsite import caller_location
 from .device import Device
 
 

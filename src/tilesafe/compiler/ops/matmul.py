@@ -47,7 +47,8 @@ def _mma_rule(types, attrs):
                          f"(KxN)", hint="the columns of a must equal the rows of b")
     if acc.shape != (m, n):
         raise ShapeError(f"mma accumulator shape {acc.shape} differs from the product shape "
-                         f"{(m, n)}")
+                         f"{(m, n)}", hint=f"accumulate into a tile of shape {(m, n)}, e.g. "
+                         f"tc.zeros({(m, n)}, tc.f32)")
     return (acc,)
 
 
@@ -81,7 +82,8 @@ def _build_matmul(b, x, y):
     vx, vy = b.tile(x, "matmul lhs"), b.tile(y, "matmul rhs")
     if vx.type.rank != 2 or vy.type.rank != 2:
         raise b.error(ShapeError, f"matmul takes 2-D tiles, got {vx.type.shape} @ "
-                      f"{vy.type.shape}")
+                      f"{vy.type.shape}", "reshape the operands to (M, K) and (K, N), e.g. "
+                      "v.reshape((1, K)) for a row vector")
     allowed = ACCUMULATORS.get(vx.type.dtype)
     acc_dtype = allowed[-1] if allowed else vx.type.dtype
     acc = b.constant(0, acc_dtype, (vx.type.shape[0], vy.type.shape[1]))

@@ -482,7 +482,9 @@ op("ptr_store", "Scatter to a raw pointer at element offsets (optional mask).",
 
 def _ptr_arg(b, ptr, what):
     if not (isinstance(ptr, Value) and isinstance(ptr.type, PointerType)):
-        raise b.error(CompileError, f"{what}: the first argument must be a tc.Ptr parameter")
+        raise b.error(CompileError, f"{what}: the first argument must be a tc.Ptr parameter",
+                      "declare the parameter as tc.Ptr[dtype] (an unsafe kernel), or load "
+                      "tensors safely with load_tile_like / partition(...).load(...)")
     return ptr
 
 

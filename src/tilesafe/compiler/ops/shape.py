@@ -102,7 +102,7 @@ def _build_arange(b, n, dtype=dt.int32):
     The 1-D tile ``[0, 1, ..., n-1]``; ``n`` is a compile-time power of two. A float dtype
     converts the integers exactly (n <= 2**24).
     """
-    n = b.int_arg(n, "arange size")
+    (n,) = b.shape_arg(n, "arange size")
     dtype = b.dtype_arg(dtype, "arange")
     b.check_tile_shape((n,))
     if dtype.is_int:

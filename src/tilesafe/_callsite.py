@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import Location
+from .errors import Location
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def caller_location() -> Location:
