@@ -10,7 +10,9 @@ from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, in
 from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, KernelRuntimeError,
                      LaunchError, MovedError, PartitionError, SafetyError, TilesafeError,
                      UnsafeError)
-from .exec.deviceop import DeviceOp
+from .exec.deviceop import DeviceOp, SharedOp, value, zip
+from .exec.graph import CudaGraph
+from .exec.stream import Event, Stream, next_stream
 from .kernel import Kernel, function, kernel, unsafe
 from .runtime.device import Device, default_device, devices
 from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
@@ -21,7 +23,8 @@ from .runtime.tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "kernel", "function", "unsafe", "Kernel", "DeviceOp", "Tensor", "Partition", "Device",
+    "kernel", "function", "unsafe", "Kernel", "DeviceOp", "SharedOp", "zip", "value",
+    "CudaGraph", "Stream", "Event", "next_stream", "Tensor", "Partition", "Device",
     "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
     "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",
     "MappedPartition",

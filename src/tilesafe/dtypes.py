@@ -13,6 +13,8 @@ This module must not import anything else from tilesafe.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
+import struct
 from typing import Any
 
 import numpy as np
@@ -148,6 +150,19 @@ def _round_to_bf16(values: np.ndarray) -> np.ndarray:
     rounded = ((bits + bias) >> 16) << 16
     rounded = np.where(np.isnan(f32), np.uint32(0x7FC00000), rounded).astype(np.uint32)
     return rounded.view(np.float32).reshape(f32.shape)
+
+
+def int_to_float64_odd(value: int) -> float:
+    """A float64 that rounds like the exact integer ``value`` to any narrower float type:
+    exact when representable, else truncated toward zero with the last bit set (round to
+    odd), which makes the later rounding to f32/f16/bf16 correct (no double rounding)."""
+    f = float(value)
+    if abs(value) <= 1 << 53 or int(f) == value or math.isinf(f):
+        return f
+    if abs(int(f)) > abs(value):
+        f = math.nextafter(f, 0.0)
+    bits = struct.unpack("<Q", struct.pack("<d", f))[0] | 1
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
 def _make(name: str, short: str, kind: str, bits: int, storage: str, compute: str, dl: int) -> DType:

@@ -11,7 +11,6 @@ import contextlib
 import contextvars
 import functools
 import threading
-import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .backends.interp import InterpretedKernel, compile_kernel
@@ -20,10 +19,11 @@ from .compiler.ir import KernelIR, print_ir
 from .compiler.signature import Param, PointerSpec, parse_signature
 from .compiler.specialize import Specialization
 from .errors import SignatureError, UnsafeError
-from .exec.deviceop import DeviceOp, resolve
+from .exec.deviceop import DeviceOp
+from .exec.launch import LaunchOp
+from .exec.stream import Stream
 from ._callsite import caller_location
-from .runtime.allocation import release_all
-from .runtime.launch import prepare, recover
+from .runtime.launch import PreparedLaunch, prepare, recover
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
 
@@ -73,6 +73,7 @@ class Kernel:
         params: the parsed parameters.
         unchecked_accesses: True if bounds checks are off (the kernel is unsafe).
         compile_count: number of specializations compiled so far in this process.
+        launch_count: number of launches that have run (replays included).
     """
 
     def __init__(self, fn: Callable, *, unchecked_accesses: bool = False,
@@ -87,6 +88,7 @@ class Kernel:
         self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
         self._lock = threading.Lock()
         self.compile_count = 0
+        self.launch_count = 0
 
     @property
     def is_unsafe(self) -> bool:
@@ -116,8 +118,8 @@ class Kernel:
 
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""
-        prepared = prepare(self.name, self.params, [resolve(a) for a in args], grid,
-                           caller_location(), lend=False)
+        values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
+        prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
         return self._compiled(prepared.specialization)[0]
 
     def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:
@@ -140,25 +142,17 @@ class Kernel:
                               hint="wrap the launch in 'with ts.unsafe():' after checking the "
                               "kernel cannot access out of bounds or race")
 
-        label = f"{self.name}(...) launched at {where}"
-        early = None
-        if not any(isinstance(a, DeviceOp) for a in args):
-            early = prepare(self.name, self.params, list(args), grid, where)
+        return LaunchOp(self, args, grid, where)
 
-        def run() -> tuple:
-            prepared = early or prepare(self.name, self.params, [resolve(a) for a in args],
-                                        grid, where)
-            try:
-                _, executable = self._compiled(prepared.specialization)
-                executable.run(prepared.bindings, prepared.grid)
-            finally:
-                results = recover(prepared)
-            return results
-
-        op = DeviceOp(run, label)
-        if early is not None:  # an op dropped without being driven gives its loans back
-            weakref.finalize(op, release_all, early.loans)
-        return op
+    def _run_prepared(self, prepared: PreparedLaunch, stream: Stream) -> tuple:
+        """Run a validated launch to completion on ``stream`` and hand back its arguments."""
+        try:
+            _, executable = self._compiled(prepared.specialization)
+            executable.run(prepared.bindings, prepared.grid)
+            self.launch_count += 1
+        finally:
+            results = recover(prepared)
+        return results
 
     def __call__(self, *args: Any) -> DeviceOp[tuple]:
         return self.launch(*args)

@@ -9,7 +9,7 @@ Dynamic tensor extents are not part of it, so they never cause a recompilation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..dtypes import DType
@@ -38,9 +38,17 @@ class ArgInfo:
 class Specialization:
     """Everything compile-time about one launch: the compilation and cache key."""
 
-    consts: tuple[tuple[str, Any], ...]
+    consts: tuple[tuple[str, Any], ...] = field(compare=False)
     types: tuple[tuple[str, Union[TensorViewType, TileType, PointerType]], ...]
     bound_names: tuple[tuple[str, Any], ...]
+    consts_key: tuple = ()
+
+    def __post_init__(self) -> None:
+        # Constants are compared by type and exact value: 0.0 and -0.0 differ, NaN equals NaN,
+        # True differs from 1.
+        key = tuple((n, type(v).__name__, v.hex() if isinstance(v, float) else v)
+                    for n, v in self.consts)
+        object.__setattr__(self, "consts_key", key)
 
     def const_env(self) -> dict[str, Any]:
         return dict(self.consts)

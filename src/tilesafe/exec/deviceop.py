@@ -1,68 +1,200 @@
 """DeviceOp: a lazy description of device work (a tensor constructor, a kernel launch, a copy).
 
-Nothing runs until the op is driven with :meth:`DeviceOp.sync`. An op can be driven once; its
-result is the host value it produces (a tensor, a partition, the tuple of a launch's
-arguments). Ops compose without running: ``op.then(fn)`` runs ``fn(result)`` (which may return
-another op) after it, ``op.map(fn)`` transforms the result on the host, ``op.partition(shape)``
-partitions the tensor an op produces.
+Nothing runs until the op is *driven*, in one of three modes:
 
-On the ``cpu`` device work completes when it is driven.
+* ``op.sync()`` / ``op.sync_on(stream)`` — run on a stream (default: the device's pool) and
+  block until complete;
+* ``await op`` — run without blocking the asyncio event loop; other coroutines progress while
+  the work is in flight;
+* ``op.graph()`` or ``ts.CudaGraph.scope(...)`` — capture into a replayable graph.
+
+An op runs once (driving it again raises :class:`~tilesafe.errors.DeviceOpError`) unless it is
+``.shared()``. Ops compose without running: ``then``, ``map``, :func:`zip`, ``partition``.
+Everything an op does happens on one stream, in order, with no host synchronization between
+composed steps. On the ``cpu`` device work completes when it runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Sequence, TypeVar
+import asyncio
+from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
-from ..errors import DeviceOpError
 from .._callsite import caller_location
+from ..errors import DeviceOpError
+from ..runtime.device import Device
+from .stream import Stream, next_stream
 
 T = TypeVar("T")
 U = TypeVar("U")
 
 
 class DeviceOp(Generic[T]):
-    """A lazy unit of device work producing a value of type ``T`` when driven."""
+    """A lazy unit of device work producing a value of type ``T`` when driven.
 
-    __slots__ = ("_run", "label", "_driven_at", "__weakref__")
+    ``run(stream)`` does the work on ``stream`` and returns the result.
+    """
 
-    def __init__(self, run: Callable[[], T], label: str):
+    __slots__ = ("_run", "label", "device", "_driven_at", "__weakref__")
+
+    def __init__(self, run: Optional[Callable[[Stream], T]], label: str,
+                 device: Optional[Device] = None):
         self._run = run
         self.label = label
+        self.device = device
         self._driven_at = None
+
+    # -- driving ----------------------------------------------------------------------------
+    def _execute(self, stream: Stream) -> T:
+        """Run on ``stream`` (once); composed ops call this on their parts."""
+        self._consume("driven")
+        return self._perform(stream)
+
+    def _perform(self, stream: Stream) -> T:
+        """The work itself (subclasses override this rather than pass ``run``)."""
+        return self._run(stream)
 
     def sync(self) -> T:
         """Run the op (and everything it depends on) and wait for completion."""
-        return self._drive()
+        return self.sync_on(next_stream(self.device))
 
-    def _drive(self) -> T:
-        if self._driven_at is not None:
-            raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
-                                f"driven at {self._driven_at}; an op runs once\n  fix: build a "
-                                "new op for each run")
-        self._driven_at = caller_location()
-        return self._run()
+    def sync_on(self, stream: Stream) -> T:
+        """Run the op on ``stream`` and wait for that stream."""
+        result = self._execute(stream)
+        stream.synchronize()
+        return result
 
+    def __await__(self):
+        return self._run_async().__await__()
+
+    async def _run_async(self) -> T:
+        stream = next_stream(self.device)
+        loop = asyncio.get_running_loop()
+        # The work runs off the event loop; the loop keeps serving other coroutines and is
+        # woken by the executor when the op has completed (no busy-waiting).
+        return await loop.run_in_executor(None, self.sync_on, stream)
+
+    # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
-        """After this op, run ``fn(result)``; if it returns a DeviceOp, that op runs next."""
-        def run():
-            nxt = fn(self._drive())
-            return nxt._drive() if isinstance(nxt, DeviceOp) else nxt
-        return DeviceOp(run, f"{self.label}.then({getattr(fn, '__name__', 'fn')})")
+        """After this op, run ``fn(result)`` on the same stream; if it returns a DeviceOp,
+        that op runs next (no host synchronization in between)."""
+        def run(stream: Stream):
+            nxt = fn(self._execute(stream))
+            return nxt._execute(stream) if isinstance(nxt, DeviceOp) else nxt
+        return DeviceOp(run, f"{self.label}.then({getattr(fn, '__name__', 'fn')})", self.device)
 
     def map(self, fn: Callable[[T], U]) -> "DeviceOp[U]":
         """Transform the result on the host after the op completes."""
-        return DeviceOp(lambda: fn(self._drive()), f"{self.label}.map")
+        return DeviceOp(lambda stream: fn(self._execute(stream)), f"{self.label}.map",
+                        self.device)
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "DeviceOp[Any]":
         """Partition the tensor this op produces (see ``Tensor.partition``)."""
-        return DeviceOp(lambda: self._drive().partition(tile_shape),
-                        f"{self.label}.partition({tile_shape})")
+        return DeviceOp(lambda stream: self._execute(stream).partition(tile_shape),
+                        f"{self.label}.partition({tile_shape})", self.device)
+
+    def shared(self) -> "SharedOp[T]":
+        """An op that runs this one at most once and hands every driver the same result.
+
+        A tensor it produces becomes shared and read-only: it can be passed to any number of
+        launches as a ``tc.Tensor`` input, but not partitioned, borrowed mutably or written.
+        """
+        return SharedOp(self)
+
+    # -- graphs -----------------------------------------------------------------------------
+    def graph_nodes(self) -> Optional[list]:
+        """The replayable graph nodes this op consists of, or None if it cannot be captured
+        (it allocates memory, or its next step is only known when it runs)."""
+        return None
+
+    def graph(self) -> "Any":
+        """Capture this op into a replayable :class:`~tilesafe.exec.graph.CudaGraph`."""
+        return self.graph_on(next_stream(self.device))
+
+    def graph_on(self, stream: Stream) -> "Any":
+        from .graph import CudaGraph
+        with CudaGraph.scope(stream) as graph:
+            graph.record(self)
+        return graph
+
+    def _consume(self, how: str) -> None:
+        """Mark the op as used (``how``: "driven", "recorded into a graph"); an op is used
+        once."""
+        if self._driven_at is not None:
+            raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
+                                f"{self._driven_at}; an op runs once\n  fix: build a new op for "
+                                "each run, or call .shared() to reuse one result")
+        self._driven_at = f"{how} at {caller_location()}"
 
     def __repr__(self) -> str:
         state = "driven" if self._driven_at else "pending"
         return f"<DeviceOp {self.label} ({state})>"
 
 
-def resolve(value: Any) -> Any:
-    """Drive ``value`` if it is a DeviceOp; otherwise return it unchanged."""
-    return value._drive() if isinstance(value, DeviceOp) else value
+class SharedOp(DeviceOp[T]):
+    """An op that executes once; every later drive returns the same (read-only) result."""
+
+    __slots__ = ("_inner", "_done", "_result")
+
+    def __init__(self, inner: DeviceOp[T]):
+        super().__init__(None, f"{inner.label}.shared()", inner.device)
+        self._inner = inner
+        self._done = False
+        self._result: Any = None
+
+    def _execute(self, stream: Stream) -> T:
+        if not self._done:
+            self._result = _mark_shared(self._inner._execute(stream))
+            self._done = True
+        return self._result
+
+
+def _mark_shared(result: Any) -> Any:
+    from ..runtime.tensor import Tensor
+    values = result if isinstance(result, tuple) else (result,)
+    for v in values:
+        if isinstance(v, Tensor):
+            v._shared_at = caller_location()
+    return result
+
+
+class _Zip(DeviceOp[tuple]):
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: Sequence[DeviceOp]):
+        super().__init__(lambda stream: tuple(p._execute(stream) for p in parts),
+                         "zip(" + ", ".join(p.label for p in parts) + ")",
+                         next((p.device for p in parts if p.device is not None), None))
+        self._parts = tuple(parts)
+
+    def graph_nodes(self) -> Optional[list]:
+        nodes = []
+        for p in self._parts:
+            part = p.graph_nodes()
+            if part is None:
+                return None
+            nodes.extend(part)
+        return nodes
+
+    def _consume(self, how: str) -> None:
+        super()._consume(how)
+        if how != "driven":  # driving runs the parts, which marks them themselves
+            for p in self._parts:
+                p._consume(how)
+
+
+def zip(*ops: DeviceOp) -> DeviceOp[tuple]:  # noqa: A001 (mirrors cuTile's zip!)
+    """One op running ``ops`` in order on the same stream; its result is the tuple of theirs."""
+    for op in ops:
+        if not isinstance(op, DeviceOp):
+            raise TypeError(f"ts.zip takes DeviceOps, got {type(op).__name__}")
+    return _Zip(ops)
+
+
+def value(result: T, label: str = "value") -> DeviceOp[T]:
+    """An op that does no device work and produces ``result``."""
+    return DeviceOp(lambda stream: result, label)
+
+
+def resolve(item: Any, stream: Stream) -> Any:
+    """Drive ``item`` on ``stream`` if it is a DeviceOp; otherwise return it unchanged."""
+    return item._execute(stream) if isinstance(item, DeviceOp) else item

@@ -21,9 +21,9 @@ def clone(source: Tensor, device: "Device | str | None" = None) -> DeviceOp[Tens
     target = source.device if device is None else as_device(device)
     source._check_usable("copy it")
 
-    def run() -> Tensor:
+    def run(stream) -> Tensor:
         return from_values(source.numpy(), source.dtype, target)
-    return DeviceOp(run, f"clone({source.shape}, to={target})")
+    return DeviceOp(run, f"clone({source.shape}, to={target})", target)
 
 
 def copy_into(destination: Tensor, source: Tensor) -> DeviceOp[Tensor]:
@@ -37,10 +37,39 @@ def copy_into(destination: Tensor, source: Tensor) -> DeviceOp[Tensor]:
                             f"destination {destination.shape} {destination.dtype.short}", where,
                             hint="copies keep shape and dtype; reshape or convert first")
     destination._check_usable("copy into it")
+    return CopyOp(destination, source)
 
-    def run() -> Tensor:
-        values = source.numpy()
-        destination._check_access("write this tensor", write=True)
-        destination._array()[...] = destination.dtype.to_storage(np.asarray(values))
-        return destination
-    return DeviceOp(run, f"copy_({destination.shape})")
+
+class CopyNode:
+    """A copy between two existing tensors: graph-safe, replayable."""
+
+    def __init__(self, destination: Tensor, source: Tensor):
+        self.destination, self.source = destination, source
+        self.label = f"copy_({destination.shape}, {destination.dtype.short})"
+
+    def replay(self, stream=None) -> Tensor:
+        values = self.source.numpy()
+        self.destination._check_access("write this tensor", write=True)
+        self.destination._array()[...] = self.destination.dtype.to_storage(np.asarray(values))
+        return self.destination
+
+    def compatible(self, other) -> "str | None":
+        if not isinstance(other, CopyNode):
+            return "the replacement is not a copy"
+        if (other.destination.shape, other.destination.dtype) != \
+                (self.destination.shape, self.destination.dtype):
+            return "the replacement copies a different shape or dtype"
+        return None
+
+
+class CopyOp(DeviceOp[Tensor]):
+    """The lazy copy made by ``t.copy_(source)``; the result is ``t``."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, destination: Tensor, source: Tensor):
+        self._node = CopyNode(destination, source)
+        super().__init__(self._node.replay, self._node.label, destination.device)
+
+    def graph_nodes(self):
+        return [self._node]

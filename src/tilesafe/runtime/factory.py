@@ -29,7 +29,7 @@ def from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
 
 def _lazy(label: str, dtype: Any, device: DeviceLike, make_values) -> DeviceOp[Tensor]:
     dtype, dev = dt.as_dtype(dtype), as_device(device)
-    return DeviceOp(lambda: from_values(make_values(dtype), dtype, dev), label)
+    return DeviceOp(lambda stream: from_values(make_values(dtype), dtype, dev), label, dev)
 
 
 def _wide(dtype: DType):

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..dtypes import DType
-from ..errors import Location, MovedError
+from ..errors import BorrowError, Location, MovedError
 from .allocation import Allocation
 from .._callsite import caller_location
 from .device import Device
@@ -77,7 +77,7 @@ class Tensor:
     """
 
     __slots__ = ("_alloc", "_offset", "shape", "strides", "dtype", "_moved_at", "_parent",
-                 "__weakref__")
+                 "_shared_at", "__weakref__")
 
     def __init__(self, alloc: Allocation, shape: "int | Sequence[int]", dtype: DType, *,
                  offset: int = 0, strides: Optional[Sequence[int]] = None,
@@ -89,6 +89,7 @@ class Tensor:
         self.dtype = dtype
         self._moved_at: Optional[Location] = None
         self._parent = parent
+        self._shared_at: Optional[Location] = parent._shared_at if parent is not None else None
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -149,6 +150,11 @@ class Tensor:
 
     def _check_access(self, action: str, *, write: bool) -> None:
         self._check_usable(action)
+        if write and self._shared_at is not None:
+            raise BorrowError(f"cannot {action}: this tensor is the shared, read-only result of "
+                              f".shared() (at {self._shared_at})", caller_location(),
+                              hint="pass it as a tc.Tensor input; to modify it, copy it first "
+                              "with .clone()")
         lo, hi = self.footprint()
         self._alloc.check(lo, hi, write=write, action=action, where=caller_location())
 

@@ -25,8 +25,11 @@ def _constant_rule(types, attrs):
 
 
 def _constant_eval(ctx, attrs):
-    dtype = attrs["dtype"]
-    return dtype.round(np.full(attrs["shape"], attrs["value"],
+    dtype, value = attrs["dtype"], attrs["value"]
+    if dtype.is_float and dtype.bits < 64 and isinstance(value, int) \
+            and not isinstance(value, bool):
+        value = dt.int_to_float64_odd(value)  # round the exact integer once
+    return dtype.round(np.full(attrs["shape"], value,
                                dtype=np.float64 if dtype.is_float else dtype.compute))
 
 

@@ -1,0 +1,147 @@
+"""CUDA graphs: record device work once, replay it many times at a fraction of the launch cost.
+
+::
+
+    with ts.CudaGraph.scope(stream) as graph:     # record; nothing runs
+        graph.record(add(z, x, y))
+        graph.record(scale(w, z_view, 2.0))
+    graph.launch().sync()                           # replay (any number of times)
+
+Only *graph-safe* ops can be recorded: kernel launches and copies into existing tensors.
+Allocating ops (``ts.zeros``, ``t.clone()``, ...) are rejected at record time, so a replay
+never depends on an address that could change. Recording consumes the op: its arguments are
+borrowed by each replay while it runs, not while the graph merely exists. ``graph.update(...)``
+swaps in new arguments of the same kinds, dtypes and shapes. On the ``cpu`` device a graph is
+the recorded list of nodes, replayed in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+from .._callsite import caller_location
+from ..errors import DeviceOpError
+from .deviceop import DeviceOp
+from .stream import Stream, next_stream
+
+
+class GraphNode(Protocol):
+    """A replayable unit of work (a kernel launch with fixed arguments, a copy)."""
+
+    label: str
+
+    def replay(self, stream: Stream) -> None: ...
+
+    def compatible(self, other: "GraphNode") -> Optional[str]:
+        """None if ``other`` can replace this node in an instantiated graph, else why not."""
+
+
+class CudaGraph:
+    """A recorded sequence of graph-safe device work; ``launch()`` replays it."""
+
+    def __init__(self, stream: Optional[Stream] = None):
+        self.stream = stream
+        self.nodes: list[GraphNode] = []
+        self._recording = False
+        self._ready = False
+
+    @classmethod
+    def scope(cls, stream: Optional[Stream] = None) -> "CudaGraph":
+        """A graph to record into with ``with ... as graph: graph.record(op)``."""
+        return cls(stream)
+
+    def __enter__(self) -> "CudaGraph":
+        if self._ready or self._recording:
+            raise DeviceOpError("a CudaGraph records once; make a new one with "
+                                "ts.CudaGraph.scope(stream)")
+        self._recording = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._recording = False
+        self._ready = exc_type is None
+
+    def record(self, op: DeviceOp) -> None:
+        """Add ``op`` to the graph without running it (only inside the ``with`` block)."""
+        where = caller_location()
+        if not self._recording:
+            raise DeviceOpError(f"{where}: record() is only allowed inside "
+                                "'with ts.CudaGraph.scope(...) as graph:'")
+        if not isinstance(op, DeviceOp):
+            raise TypeError(f"record() takes a DeviceOp, got {type(op).__name__}")
+        nodes = op.graph_nodes()
+        if nodes is None:
+            raise DeviceOpError(f"{where}: {op.label} cannot be recorded into a graph: it "
+                                "allocates memory (or decides its next step only when it runs), "
+                                "so a replay could depend on an address that changes\n  fix: "
+                                "create tensors before the scope and record only kernel launches "
+                                "and copies into existing tensors")
+        op._consume("recorded into a graph")
+        self.nodes.extend(nodes)
+
+    def launch(self, stream: Optional[Stream] = None) -> DeviceOp[None]:
+        """A DeviceOp that replays the whole graph once (drive it: ``.sync()`` or await)."""
+        if not self._ready:
+            raise DeviceOpError(f"{caller_location()}: the graph is not complete; launch it "
+                                "after its 'with' block")
+
+        def run(default_stream: Stream) -> None:
+            target = stream or self.stream or default_stream
+            for node in self.nodes:
+                node.replay(target)
+        return DeviceOp(run, f"graph of {len(self.nodes)} node(s)",
+                        self.stream.device if self.stream else None)
+
+    def replay(self) -> None:
+        """Replay once and wait: ``graph.launch().sync()``."""
+        self.launch().sync_on(self.stream or next_stream())
+
+    def update(self, *ops: DeviceOp) -> "Optional[CudaGraph]":
+        """Replace the recorded work by work of the same shape (same kernels, argument kinds,
+        dtypes and shapes), e.g. to run the graph on new inputs.
+
+        ``graph.update(op, ...)`` takes the new ops at once; ``with graph.update() as g:
+        g.record(op)`` records them one by one (needed when they write the same tensor, since
+        each launch borrows its output until it is recorded).
+        """
+        if not ops:
+            return _Update(self)
+        nodes: list[GraphNode] = []
+        for op in ops:
+            part = op.graph_nodes() if isinstance(op, DeviceOp) else None
+            if part is None:
+                raise DeviceOpError(f"{caller_location()}: update() takes graph-safe DeviceOps")
+            nodes.extend(part)
+        self._swap(nodes)
+        for op in ops:
+            op._consume("used to update a graph")
+        return None
+
+    def _swap(self, nodes: list) -> None:
+        where = caller_location()
+        if len(nodes) != len(self.nodes):
+            raise DeviceOpError(f"{where}: update() needs {len(self.nodes)} node(s) like the "
+                                f"recorded graph, got {len(nodes)}")
+        for old, new in zip(self.nodes, nodes):
+            why = old.compatible(new)
+            if why:
+                raise DeviceOpError(f"{where}: update() cannot replace {old.label}: {why}\n  "
+                                    "fix: record a new graph for work of a different shape")
+        self.nodes = nodes
+
+    def __repr__(self) -> str:
+        state = "ready" if self._ready else "recording" if self._recording else "empty"
+        return f"<CudaGraph {len(self.nodes)} node(s), {state}>"
+
+
+class _Update(CudaGraph):
+    """Records replacement work for a graph (``with graph.update() as g:``)."""
+
+    def __init__(self, target: CudaGraph):
+        super().__init__(target.stream)
+        self._target = target
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self._target._swap(self.nodes)

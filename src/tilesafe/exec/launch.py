@@ -1,0 +1,77 @@
+"""The DeviceOp of a kernel launch, and its graph node.
+
+A launch whose arguments are all concrete is validated when it is created and borrows its
+arguments until it completes (or is dropped undriven, or recorded into a graph, which gives the
+loans back: each replay borrows for as long as it runs). A launch taking pending DeviceOps as
+arguments drives them first, on the same stream, then validates.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional, Sequence
+
+from ..errors import Location
+from ..runtime.allocation import release_all
+from ..runtime.launch import PreparedLaunch, prepare
+from .deviceop import DeviceOp, resolve
+from .stream import Stream
+
+
+class KernelNode:
+    """A kernel launch with fixed arguments, replayable any number of times."""
+
+    def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
+                 where: Location, prepared: PreparedLaunch):
+        self.kernel, self.args, self.grid, self.where = kernel, args, grid, where
+        self.shape_key = (prepared.specialization, prepared.grid)
+        self.label = f"{kernel.name}(...) recorded at {where}"
+
+    def _prepare(self, lend: bool) -> PreparedLaunch:
+        k = self.kernel
+        return prepare(k.name, k.params, list(self.args), self.grid, self.where, lend=lend)
+
+    def replay(self, stream: Stream) -> None:
+        self.kernel._run_prepared(self._prepare(lend=True), stream)
+
+    def compatible(self, other: Any) -> Optional[str]:
+        if not isinstance(other, KernelNode) or other.kernel is not self.kernel:
+            return "the replacement launches a different kernel"
+        if other.shape_key[0] != self.shape_key[0]:
+            return "the replacement's arguments differ in dtype, static shape or constants"
+        if other.shape_key[1] != self.shape_key[1]:
+            return "the replacement has a different grid"
+        return None
+
+
+class LaunchOp(DeviceOp[tuple]):
+    """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
+
+    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early")
+
+    def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
+                 where: Location):
+        super().__init__(None, f"{kernel.name}(...) launched at {where}")
+        self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
+        self._early: Optional[PreparedLaunch] = None
+        if not any(isinstance(a, DeviceOp) for a in args):
+            self._early = prepare(kernel.name, kernel.params, list(args), grid, where)
+            # an op dropped without being driven gives its loans back
+            weakref.finalize(self, release_all, self._early.loans)
+
+    def _perform(self, stream: Stream) -> tuple:
+        k = self._kernel
+        prepared = self._early or prepare(k.name, k.params,
+                                          [resolve(a, stream) for a in self._args],
+                                          self._grid, self._where)
+        return k._run_prepared(prepared, stream)
+
+    def graph_nodes(self) -> Optional[list]:
+        if self._early is None:
+            return None  # arguments still to be produced: they may allocate
+        return [KernelNode(self._kernel, self._args, self._grid, self._where, self._early)]
+
+    def _consume(self, how: str) -> None:
+        super()._consume(how)
+        if how != "driven" and self._early is not None:
+            release_all(self._early.loans)

@@ -1,0 +1,112 @@
+"""Streams and events: the ordered queues device work runs on, and markers for ordering across
+them.
+
+A :class:`Stream` belongs to one device. tilesafe owns its streams or wraps a foreign one
+(anything with ``__cuda_stream__``, e.g. torch or cupy streams, or a raw handle). Drivers
+without an explicit stream take one from the device's pool, round-robin
+(:func:`next_stream`). On the ``cpu`` device work runs when it is enqueued, so a stream is an
+ordering label and an :class:`Event` completes as soon as it is recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Optional
+
+from ..runtime.device import Device, as_device
+
+POOL_SIZE = 4
+
+
+class Stream:
+    """An ordered queue of device work on one device.
+
+    Args:
+        device: the device (default: the default device).
+        handle: wrap an existing stream instead of owning one: an object with
+            ``__cuda_stream__`` (torch, cupy, cuda.core) or an integer handle.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):
+        self.device = as_device(device)
+        self.id = next(Stream._ids)
+        self.foreign = handle
+        self.handle = _raw_handle(handle) if handle is not None else None
+
+    @classmethod
+    def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":
+        """A tilesafe view of another library's stream (it stays owned by that library)."""
+        return cls(device, handle=foreign)
+
+    def synchronize(self) -> None:
+        """Wait until all work enqueued on this stream is complete (immediate on cpu)."""
+
+    def __repr__(self) -> str:
+        kind = "wrapped" if self.foreign is not None else "owned"
+        return f"<Stream {self.id} on {self.device} ({kind})>"
+
+
+def _raw_handle(handle: Any) -> int:
+    if hasattr(handle, "__cuda_stream__"):
+        value = handle.__cuda_stream__()
+        return int(value[1] if isinstance(value, tuple) else value)
+    if isinstance(handle, int):
+        return handle
+    for attr in ("cuda_stream", "ptr", "handle"):
+        if hasattr(handle, attr):
+            return int(getattr(handle, attr))
+    raise TypeError(f"cannot use {type(handle).__name__} as a stream: it has no "
+                    "__cuda_stream__ and is not an integer handle")
+
+
+class Event:
+    """A point in a stream's work; other streams (or the host) can wait for it."""
+
+    def __init__(self) -> None:
+        self._stream: Optional[Stream] = None
+        self._done = threading.Event()
+
+    def record(self, stream: Stream) -> "Event":
+        """Mark the current end of ``stream``'s work (cpu: already complete)."""
+        self._stream = stream
+        self._done.set()
+        return self
+
+    def query(self) -> bool:
+        """True once the recorded work has completed."""
+        return self._done.is_set()
+
+    def synchronize(self) -> None:
+        """Block the host until the recorded work has completed."""
+        self._done.wait()
+
+    def wait(self, stream: Stream) -> None:
+        """Make later work on ``stream`` wait for this event (cpu: nothing to wait for)."""
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[Device, list[Stream]] = {}
+        self._next: dict[Device, int] = {}
+
+    def next_stream(self, device: Device) -> Stream:
+        with self._lock:
+            streams = self._streams.setdefault(device, [])
+            if len(streams) < POOL_SIZE:
+                streams.append(Stream(device))
+                return streams[-1]
+            i = self._next.get(device, 0)
+            self._next[device] = (i + 1) % POOL_SIZE
+            return streams[i]
+
+
+_POOL = _Pool()
+
+
+def next_stream(device: "Device | str | None" = None) -> Stream:
+    """The next stream of ``device``'s pool (round-robin over a few streams)."""
+    return _POOL.next_stream(as_device(device))

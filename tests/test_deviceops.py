@@ -1,0 +1,177 @@
+"""DeviceOps on the cpu device: laziness, composition, drive-once, shared ops, asyncio,
+streams, and graphs (record, replay, update, rejected allocations)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.errors import BorrowError, DeviceOpError
+
+
+@ts.kernel
+def axpy(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], alpha: float):
+    z.store(z.load() + tc.load_tile_like(x, z) * alpha)
+
+
+def _ones(n=64):
+    return ts.ones(n).sync()
+
+
+def test_nothing_runs_before_a_driver():
+    before = axpy.launch_count
+    x = _ones()
+    op = axpy(ts.zeros(64).partition(16), x, 2.0)
+    chained = op.then(lambda res: axpy(res[0], x, 1.0))
+    assert axpy.launch_count == before
+    z, *_ = chained.sync()
+    assert axpy.launch_count == before + 2
+    assert np.array_equal(z.unpartition().numpy(), np.full(64, 3.0))
+
+
+def test_constructors_are_lazy_and_run_once():
+    op = ts.arange(8)
+    t = op.sync()
+    assert np.array_equal(t.numpy(), np.arange(8))
+    with pytest.raises(DeviceOpError, match="already driven"):
+        op.sync()
+
+
+def test_driving_a_launch_twice_is_an_error():
+    op = axpy(ts.zeros(16).sync().partition(8), _ones(16), 1.0)
+    op.sync()
+    with pytest.raises(DeviceOpError, match="an op runs once"):
+        op.sync()
+
+
+def test_map_zip_and_then_compose_on_one_stream():
+    x = _ones(32)
+    a = axpy(ts.zeros(32).partition(8), x, 1.0).map(lambda r: r[0].unpartition())
+    b = ts.full(4, 7.0)
+    ta, tb = ts.zip(a, b).sync()
+    assert np.array_equal(ta.numpy(), np.ones(32)) and np.array_equal(tb.numpy(), np.full(4, 7))
+    s = ts.Stream()
+    assert ts.value(5).then(lambda v: v + 1).sync_on(s) == 6
+
+
+def test_shared_executes_once_and_is_read_only():
+    runs = []
+
+    def make(stream_result):
+        runs.append(1)
+        return stream_result
+    shared = ts.ones(16).map(make).shared()
+    t1 = shared.sync()
+    t2 = shared.sync()
+    assert t1 is t2 and len(runs) == 1
+    z1, _, _ = axpy(ts.zeros(16).partition(8), shared, 2.0).sync()
+    z2, _, _ = axpy(ts.zeros(16).partition(8), shared, 3.0).sync()
+    assert np.array_equal(z2.unpartition().numpy(), np.full(16, 3.0))
+    with pytest.raises(BorrowError, match="shared, read-only"):
+        ts.borrow_mut(t1).partition(8)
+    with pytest.raises(BorrowError, match="shared, read-only"):
+        t1.partition(8)
+
+
+def test_asyncio_runs_two_pipelines_while_other_coroutines_progress():
+    ticks = []
+
+    async def ticker():
+        for _ in range(5):
+            ticks.append(1)
+            await asyncio.sleep(0)
+
+    async def pipeline(value):
+        x = ts.full(4096, value).sync()
+        z = await ts.zeros(4096).partition(256)
+        for _ in range(3):
+            z, x, _ = await axpy(z, x, 1.0)
+        return z.unpartition().numpy()
+
+    async def main():
+        return await asyncio.gather(pipeline(1.0), pipeline(2.0), ticker())
+
+    first, second, _ = asyncio.run(main())
+    assert np.array_equal(first, np.full(4096, 3.0)) and np.array_equal(second, np.full(4096, 6.0))
+    assert len(ticks) == 5
+
+
+def test_borrows_hold_while_an_awaited_op_is_pending():
+    t = ts.zeros(64).sync()
+    x = _ones()
+
+    async def main():
+        op = axpy(ts.borrow_mut(t).partition(16), x, 1.0)
+        task = asyncio.ensure_future(op)
+        with pytest.raises(BorrowError):
+            t.numpy()  # the launch has not completed
+        await task
+        return t.numpy()
+
+    assert np.array_equal(asyncio.run(main()), np.ones(64))
+
+
+def test_streams_pool_and_wrapping():
+    a, b = ts.next_stream(), ts.next_stream()
+    assert a is not b or ts.exec.stream.POOL_SIZE == 1
+
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, 1234)
+    assert ts.Stream.wrap(Foreign()).handle == 1234
+    e = ts.Event().record(a)
+    assert e.query()
+    e.synchronize()
+
+
+def test_graph_record_replay_and_update():
+    x = ts.tensor(np.arange(32, dtype=np.float32)).sync()
+    z = ts.zeros(32).sync().partition(8)
+    before = axpy.launch_count
+    with ts.CudaGraph.scope() as graph:
+        graph.record(axpy(z, x, 1.0))
+        graph.record(axpy(z, x, 1.0))
+    assert axpy.launch_count == before  # recording runs nothing
+    for _ in range(3):
+        graph.launch().sync()
+    assert axpy.launch_count == before + 6
+    assert np.array_equal(z.unpartition().numpy(), 6 * np.arange(32))
+    w = ts.zeros(32).sync().partition(8)
+    x2 = ts.ones(32).sync()
+    with graph.update() as g:
+        g.record(axpy(w, x2, 2.0))
+        g.record(axpy(w, x2, 2.0))
+    graph.replay()
+    assert np.array_equal(w.unpartition().numpy(), np.full(32, 4.0))
+
+
+def test_graph_rejects_allocating_ops_at_record_time():
+    with ts.CudaGraph.scope() as graph:
+        with pytest.raises(DeviceOpError, match="allocates memory"):
+            graph.record(ts.zeros(16))
+        with pytest.raises(DeviceOpError, match="allocates memory"):
+            graph.record(axpy(ts.zeros(16).partition(8), _ones(16), 1.0))
+    t = _ones(8)
+    dst = ts.zeros(8).sync()
+    copy = dst.copy_(t).graph()
+    copy.launch().sync()
+    assert np.array_equal(dst.numpy(), np.ones(8))
+
+
+def test_graph_update_rejects_a_different_shape():
+    z = ts.zeros(32).sync().partition(8)
+    graph = axpy(z, _ones(32), 1.0).graph()
+    with pytest.raises(DeviceOpError, match="differ"):
+        graph.update(axpy(ts.zeros(32).sync().partition(16), _ones(32), 1.0))
+
+
+def test_recording_releases_the_launch_borrows_and_replay_takes_them():
+    t = ts.zeros(16).sync()
+    graph = axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0).graph()
+    t.numpy()  # recorded, not running: t is readable
+    graph.replay()
+    assert np.array_equal(t.numpy(), np.ones(16))
