@@ -130,6 +130,9 @@ def _round_to_bf16(values: np.ndarray) -> np.ndarray:
     correctly rounded bf16 of the original value (no double-rounding error).
     """
     arr = np.asarray(values)
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
+        # 64-bit integers do not fit float64 exactly: round each to odd from the exact value.
+        arr = np.vectorize(int_to_float64_odd, otypes=[np.float64])(arr.astype(object))
     if arr.dtype == np.float64 or arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4:
         wide = arr.astype(np.float64)
         narrow = wide.astype(np.float32)

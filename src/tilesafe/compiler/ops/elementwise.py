@@ -43,10 +43,10 @@ def _unary_rule(name: str, accepts: str) -> Callable:
 
 
 def _float_eval(fn: Callable) -> Callable:
-    """Evaluate a float function in at least f32 (f64 stays f64), rounding happens after."""
+    """Evaluate a float function in float64 and round once to the tile's dtype afterwards, so
+    f16/bf16/f32 results are the correctly rounded values (up to float64's own accuracy)."""
     def evaluate(ctx, attrs, x):
-        wide = x.astype(np.float64) if x.dtype == np.float64 else x.astype(np.float32)
-        return fn(wide)
+        return fn(x.astype(np.float64))
     return evaluate
 
 
