@@ -23,7 +23,7 @@ from .exec.deviceop import DeviceOp
 from .exec.launch import LaunchOp
 from .exec.stream import Stream
 from ._callsite import caller_location
-from .runtime.launch import PreparedLaunch, prepare, recover
+from .runtime.launch import PreparedLaunch, interp_bindings, prepare, recover
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
 
@@ -147,8 +147,11 @@ class Kernel:
     def _run_prepared(self, prepared: PreparedLaunch, stream: Stream) -> tuple:
         """Run a validated launch to completion on ``stream`` and hand back its arguments."""
         try:
-            _, executable = self._compiled(prepared.specialization)
-            executable.run(prepared.bindings, prepared.grid)
+            if prepared.device.kind == "cpu":
+                _, executable = self._compiled(prepared.specialization)
+                executable.run(interp_bindings(self.params, prepared.args), prepared.grid)
+            else:
+                self._gpu_executable(prepared).launch(prepared, stream)
             self.launch_count += 1
         finally:
             results = recover(prepared)

@@ -35,6 +35,17 @@ class Stream:
         self.id = next(Stream._ids)
         self.foreign = handle
         self.handle = _raw_handle(handle) if handle is not None else None
+        self._native: Any = None
+
+    @property
+    def native(self) -> Any:
+        """The cuda.core stream behind a ``cuda:N`` stream (created on first use)."""
+        if self._native is None:
+            if self.device.kind != "cuda":
+                raise TypeError(f"a {self.device} stream has no CUDA stream")
+            from ..runtime import cuda
+            self._native = cuda.new_stream(self.device.index, self.foreign)
+        return self._native
 
     @classmethod
     def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":
@@ -43,6 +54,8 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait until all work enqueued on this stream is complete (immediate on cpu)."""
+        if self.device.kind == "cuda":
+            self.native.sync()
 
     def __repr__(self) -> str:
         kind = "wrapped" if self.foreign is not None else "owned"
@@ -67,24 +80,33 @@ class Event:
 
     def __init__(self) -> None:
         self._stream: Optional[Stream] = None
+        self._native: Any = None
         self._done = threading.Event()
 
     def record(self, stream: Stream) -> "Event":
         """Mark the current end of ``stream``'s work (cpu: already complete)."""
         self._stream = stream
-        self._done.set()
+        if stream.device.kind == "cuda":
+            self._native = stream.native.record()
+        else:
+            self._done.set()
         return self
 
     def query(self) -> bool:
         """True once the recorded work has completed."""
-        return self._done.is_set()
+        return self._native.is_done if self._native is not None else self._done.is_set()
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has completed."""
-        self._done.wait()
+        if self._native is not None:
+            self._native.sync()
+        else:
+            self._done.wait()
 
     def wait(self, stream: Stream) -> None:
         """Make later work on ``stream`` wait for this event (cpu: nothing to wait for)."""
+        if self._native is not None and stream.device.kind == "cuda":
+            stream.native.wait(self._native)
 
 
 class _Pool:

@@ -13,6 +13,7 @@ from ..exec.deviceop import DeviceOp
 from .._callsite import caller_location
 from .device import Device, as_device
 from .factory import from_values
+from .memory import write
 from .tensor import Tensor
 
 
@@ -50,7 +51,7 @@ class CopyNode:
     def replay(self, stream=None) -> Tensor:
         values = self.source.numpy()
         self.destination._check_access("write this tensor", write=True)
-        self.destination._array()[...] = self.destination.dtype.to_storage(np.asarray(values))
+        write(self.destination, self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
 
     def compatible(self, other) -> "str | None":

@@ -8,6 +8,7 @@ This module owns the only process-wide device state.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 
@@ -58,9 +59,14 @@ def probe_gpu() -> GpuProbe:
         return GpuProbe(False, (), f"no usable CUDA driver ({type(err).__name__}: {err})")
     if count == 0:
         return GpuProbe(False, (), "the CUDA driver reports no GPU")
-    return GpuProbe(True, tuple(f"cuda:{i}" for i in range(count)),
-                    f"{count} CUDA device(s) found; the Tile IR backend is not built into this "
-                    "version yet, so kernels run on the cpu interpreter")
+    names = tuple(f"cuda:{i}" for i in range(count))
+    try:
+        from ..backends.tileir.tileiras import find_tileiras
+        tool = find_tileiras()
+    except Exception as err:  # a missing or broken tileiras: tensors work, kernels do not
+        return GpuProbe(True, names, f"{count} CUDA device(s); kernels cannot be compiled for "
+                        f"them: {err}")
+    return GpuProbe(True, names, f"{count} CUDA device(s); kernels compile with {tool}")
 
 
 def as_device(device: "Device | str | None") -> Device:
@@ -72,17 +78,26 @@ def as_device(device: "Device | str | None") -> Device:
     if device == "cpu":
         return CPU
     if isinstance(device, str) and device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
-        raise ValueError(f"device 'cuda:{index}' is not supported by this version of tilesafe: "
-                         f"{probe_gpu().reason}")
+        name = device if ":" in device else "cuda:0"
+        probe = probe_gpu()
+        if name not in probe.devices:
+            raise ValueError(f"device {name!r} is not available: {probe.reason}")
+        return Device("cuda", int(name.partition(":")[2]))
     raise ValueError(f"unknown device {device!r}; use 'cpu' or 'cuda:N'")
 
 
 def default_device() -> Device:
-    """The device used when none is given: ``cpu`` until the GPU backend is available."""
+    """The device used when none is given: ``$TILESAFE_DEVICE`` if set, else ``cuda:0`` when a
+    GPU and tileiras are usable, else ``cpu`` (the interpreter)."""
+    chosen = os.environ.get("TILESAFE_DEVICE")
+    if chosen:
+        return as_device(chosen)
+    probe = probe_gpu()
+    if probe.available and "compile with" in probe.reason:
+        return Device("cuda", 0)
     return CPU
 
 
 def devices() -> list[Device]:
-    """Every device kernels can run on in this process."""
-    return [CPU]
+    """Every device in this process: ``cpu`` and each usable ``cuda:N``."""
+    return [CPU] + [as_device(name) for name in probe_gpu().devices]

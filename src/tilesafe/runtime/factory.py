@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..exec.deviceop import DeviceOp
-from .allocation import Allocation
+from .memory import from_host
 from .device import Device, as_device
 from .tensor import Tensor, normalize_shape
 
@@ -23,8 +23,7 @@ DeviceLike = "Device | str | None"
 
 def from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
     """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
-    storage = np.array(dtype.to_storage(dtype.round(values)), order="C", copy=True)
-    return Tensor(Allocation(storage.reshape(-1), device), storage.shape, dtype)
+    return from_host(dtype.to_storage(dtype.round(values)), dtype, device)
 
 
 def _lazy(label: str, dtype: Any, device: DeviceLike, make_values) -> DeviceOp[Tensor]:

@@ -4,7 +4,10 @@
 
 On the ``cpu`` device both directions go through numpy's DLPack support, so every dtype numpy
 can represent is exchanged without a copy; bf16 (which numpy cannot represent) is rejected with
-an explanation.
+an explanation. On ``cuda:N`` both directions go through cuda.core's StridedMemoryView (DLPack
+or the CUDA array interface v3 in, DLPack out), and tensors also expose
+``__cuda_array_interface__``; the producer's stream is ordered before the consumer's as the
+protocols specify.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .._callsite import caller_location
 from .device import CPU
 from .tensor import Tensor
 
-_DL_CPU = 1
+_DL_CPU, _DL_CUDA = 1, 2
 
 
 def from_dlpack(obj: Any) -> Tensor:
@@ -29,10 +32,13 @@ def from_dlpack(obj: Any) -> Tensor:
     Writes through either side are visible to the other. The tensor keeps ``obj`` alive.
     """
     where = caller_location()
-    device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _DL_CPU
+    device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else \
+        (_DL_CUDA if hasattr(obj, "__cuda_array_interface__") else _DL_CPU)
+    if device_type == _DL_CUDA:
+        return _from_cuda(obj, where)
     if device_type != _DL_CPU:
         raise ArgumentError(f"from_dlpack: memory on DLPack device type {device_type} is not "
-                            "supported by this version (cpu only)", where)
+                            "supported (cpu and cuda only)", where)
     try:
         array = np.from_dlpack(obj)
     except (TypeError, BufferError, RuntimeError) as err:
@@ -51,14 +57,52 @@ def from_dlpack(obj: Any) -> Tensor:
     return Tensor(Allocation(flat, CPU, owner=obj), array.shape, dtype, strides=strides)
 
 
+def _from_cuda(obj: Any, where) -> Tensor:
+    from . import cuda
+    from .device import Device
+    view = cuda.dlpack_view(obj)
+    dtype = dt.from_numpy(view.dtype)
+    shape = tuple(view.shape)
+    strides = tuple(view.strides) if view.strides is not None else None
+    probe = Tensor(Allocation(None, CPU), shape, dtype, strides=strides)
+    lo, hi = probe.footprint()
+    if lo < 0:
+        raise ArgumentError("from_dlpack: negative strides are not supported", where)
+    buf = cuda.wrap_foreign(int(view.ptr), hi, dtype.itemsize, int(view.device_id), obj)
+    return Tensor(Allocation(buf, Device("cuda", int(view.device_id)), owner=obj), shape, dtype,
+                  strides=probe.strides)
+
+
 def dlpack_device(tensor: Tensor) -> tuple[int, int]:
+    if tensor.device.kind == "cuda":
+        return (_DL_CUDA, tensor.device.index)
     return (_DL_CPU, 0)
+
+
+def _cuda_view(tensor: Tensor) -> Any:
+    from . import cuda
+    if tensor.dtype is dt.bfloat16:
+        raise BufferError("bf16 cuda tensors cannot be exported yet")
+    return cuda.export_view(tensor._alloc.data, tensor._offset * tensor.dtype.itemsize,
+                            tensor.shape, tensor.strides, tensor.dtype.storage, False)
+
+
+def cuda_array_interface(tensor: Tensor) -> dict:
+    """``__cuda_array_interface__`` v3 of a cuda tensor (strides in bytes, no stream: the
+    tensor's producing work is complete when the host holds it)."""
+    tensor._check_access("export it", write=False)
+    item = tensor.dtype.itemsize
+    return {"shape": tensor.shape, "typestr": tensor.dtype.storage.str,
+            "data": (tensor._alloc.data.ptr + tensor._offset * item, False),
+            "strides": tuple(s * item for s in tensor.strides), "version": 3, "stream": None}
 
 
 def export_dlpack(tensor: Tensor, *, stream: Any = None, max_version: Any = None,
                   copy: Optional[bool] = None) -> Any:
     """The DLPack capsule of ``tensor`` (a read of its memory: borrow rules apply)."""
     tensor._check_access("export it through DLPack", write=False)
+    if tensor.device.kind == "cuda":
+        return _cuda_view(tensor).__dlpack__(stream=stream, max_version=max_version)
     if tensor.dtype is dt.bfloat16:
         raise BufferError("bf16 tensors cannot be exported through DLPack on the cpu device")
     array = tensor._array()

@@ -24,20 +24,21 @@ from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
 from ..errors import AliasingError, ArgumentError, Location, PartitionError
 from .allocation import Loan, release_all
+from .device import Device, default_device
 from .partition import MappedPartition, Partition
 from .tensor import Tensor
 
 
 @dataclass
 class PreparedLaunch:
-    """A validated launch: its specialization, grid, and the marshalled arguments."""
+    """A validated launch: its specialization, grid, arguments, loans and device."""
 
     specialization: Specialization
     grid: tuple[int, int, int]
-    bindings: list[Any]
     args: tuple[Any, ...]
     loans: list[Loan]
     where: Location
+    device: Device
 
 
 def _outputs(args: Sequence[Any]):
@@ -120,7 +121,29 @@ def _take_loans(params: Sequence[Param], args: Sequence[Any], holder: str,
     return loans
 
 
-def _binding(param: Param, value: Any, spec: Specialization) -> Any:
+def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
+                   where: Location) -> Device:
+    """The one device every tensor argument lives on (the default device if none)."""
+    placed = []
+    outputs = dict(_outputs(args))
+    for i, (p, a) in enumerate(zip(params, args)):
+        t = outputs[i]._tensor if i in outputs else a if isinstance(a, Tensor) else None
+        if t is not None:
+            placed.append((p.name, t.device))
+    devices = {d for _, d in placed}
+    if len(devices) > 1:
+        listing = ", ".join(f"'{n}' on {d}" for n, d in placed)
+        raise ArgumentError(f"arguments of '{kernel_name}' are on different devices ({listing})",
+                            where, hint="move them to one device first: t.to('cuda:0').sync()")
+    return devices.pop() if devices else default_device()
+
+
+def interp_bindings(params: Sequence[Param], args: Sequence[Any]) -> list[Any]:
+    """The interpreter's view of a launch's (cpu) arguments, one per non-constant parameter."""
+    return [_binding(p, a) for p, a in zip(params, args) if not isinstance(p.spec, ConstSpec)]
+
+
+def _binding(param: Param, value: Any) -> Any:
     if isinstance(param.spec, ConstSpec):
         return None
     if isinstance(param.spec, ScalarSpec):
@@ -180,11 +203,10 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     _check_aliasing(params, args, kernel_name, where)
     spec = specialize(kernel_name, list(params), infos, where)
     g = launch_grid(params, args, grid, kernel_name, where)
-    bindings = [_binding(p, a, spec) for p, a in zip(params, args)
-                if not isinstance(p.spec, ConstSpec)]
+    device = _launch_device(params, args, kernel_name, where)
     loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where) \
         if lend else []
-    return PreparedLaunch(spec, g, bindings, tuple(args), loans, where)
+    return PreparedLaunch(spec, g, tuple(args), loans, where, device)
 
 
 def recover(prepared: PreparedLaunch) -> tuple[Any, ...]:

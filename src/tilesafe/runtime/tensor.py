@@ -164,7 +164,10 @@ class Tensor:
 
     # -- data -----------------------------------------------------------------------------
     def _array(self) -> np.ndarray:
-        """A writable strided numpy view (storage dtype) of this tensor's elements (cpu)."""
+        """A writable strided numpy view (storage dtype) of this tensor's elements; ``cpu``
+        tensors only (other devices go through ``runtime.memory``)."""
+        if self.device.kind != "cpu":
+            raise TypeError(f"a {self.device} tensor has no host array; use .numpy()")
         data = self._alloc.data
         item = data.itemsize
         return np.lib.stride_tricks.as_strided(
@@ -177,7 +180,8 @@ class Tensor:
         Raises BorrowError while pending work holds a mutable loan on this tensor.
         """
         self._check_access("read this tensor", write=False)
-        return np.array(self.dtype.to_compute(self._array()), copy=True)
+        from .memory import read
+        return np.array(self.dtype.to_compute(read(self)), copy=True)
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "Partition":
         """Move this tensor into a partition of ``tile_shape`` tiles (one per tile program).
@@ -308,6 +312,13 @@ class Tensor:
                    copy: Optional[bool] = None):
         from .interop import export_dlpack
         return export_dlpack(self, stream=stream, max_version=max_version, copy=copy)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.device.kind != "cuda":
+            raise AttributeError("__cuda_array_interface__ exists on cuda tensors only")
+        from .interop import cuda_array_interface
+        return cuda_array_interface(self)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         from .interop import dlpack_device

@@ -1,0 +1,86 @@
+"""The disk cache of cubins: compiled kernels survive the process.
+
+Location: ``$TILESAFE_CACHE_DIR`` if set (``0`` disables the cache), else
+``$XDG_CACHE_HOME/tilesafe`` or ``~/.cache/tilesafe``. An entry's name is the SHA-256 of
+everything that changes the cubin (bytecode bytes, bytecode version, target arch, opt level,
+tileiras version); its content is a magic line, the SHA-256 of the cubin, then the cubin.
+Writes are atomic (temporary file + rename). An entry whose checksum does not match, or that the
+driver rejects, is evicted and rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+_MAGIC = b"tilesafe-cubin-v1\n"
+
+
+def cache_dir() -> Optional[Path]:
+    """The cache directory, or None when caching is disabled."""
+    configured = os.environ.get("TILESAFE_CACHE_DIR")
+    if configured == "0":
+        return None
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tilesafe"
+
+
+def cache_key(bytecode: bytes, *, version: tuple[int, int], arch: str, opt_level: int,
+              tool_version: str) -> str:
+    h = hashlib.sha256()
+    for part in (bytecode, repr(version).encode(), arch.encode(), str(opt_level).encode(),
+                 tool_version.encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _path(key: str) -> Optional[Path]:
+    root = cache_dir()
+    return None if root is None else root / f"{key}.cubin"
+
+
+def load(key: str) -> Optional[bytes]:
+    """The cached cubin for ``key``, or None (missing, disabled, or corrupt: then evicted)."""
+    path = _path(key)
+    if path is None or not path.exists():
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if data.startswith(_MAGIC):
+        digest, cubin = data[len(_MAGIC):len(_MAGIC) + 64], data[len(_MAGIC) + 65:]
+        if hashlib.sha256(cubin).hexdigest().encode() == digest and cubin:
+            return cubin
+    evict(key)
+    return None
+
+
+def store(key: str, cubin: bytes) -> None:
+    """Write an entry atomically (best effort: an unwritable cache only costs recompiles)."""
+    path = _path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(cubin).hexdigest().encode() + b"\n" + cubin)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def evict(key: str) -> None:
+    path = _path(key)
+    if path is not None:
+        try:
+            path.unlink()
+        except OSError:
+            pass

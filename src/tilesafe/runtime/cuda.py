@@ -1,0 +1,174 @@
+"""CUDA glue through cuda.core / cuda.bindings: devices, stream-ordered device memory, copies,
+streams, events, module loading and kernel launches.
+
+Imported only when a ``cuda:N`` device is used, so machines without a driver never load it.
+Every driver error becomes a :class:`CudaError` naming the call. Pointers are plain ints.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..errors import TilesafeError
+
+
+class CudaError(TilesafeError):
+    """A CUDA driver call failed."""
+
+
+def _core():
+    import cuda.core as core  # type: ignore[import-not-found]
+    return core
+
+
+def _driver():
+    from cuda.bindings import driver  # type: ignore[import-not-found]
+    return driver
+
+
+def _check(result: Any, what: str) -> Any:
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    driver = _driver()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise CudaError(f"{what} failed: {err}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+@functools.lru_cache(maxsize=None)
+def device(index: int) -> Any:
+    """The cuda.core Device ``index``, made current on first use."""
+    dev = _core().Device(index)
+    dev.set_current()
+    return dev
+
+
+def make_current(index: int) -> Any:
+    dev = device(index)
+    dev.set_current()
+    return dev
+
+
+def device_name(index: int) -> str:
+    return device(index).name
+
+
+def compute_capability(index: int) -> tuple[int, int]:
+    cc = device(index).compute_capability
+    return (cc.major, cc.minor)
+
+
+# -- streams and events -------------------------------------------------------------------------
+
+def new_stream(index: int, foreign: Any = None) -> Any:
+    dev = make_current(index)
+    return dev.create_stream(foreign) if foreign is not None else dev.create_stream()
+
+
+def record_event(stream: Any) -> Any:
+    return stream.record()
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class DeviceBuffer:
+    """A device allocation: the cuda.core Buffer (which frees it), its address and size."""
+
+    buffer: Any
+    ptr: int
+    nbytes: int
+    itemsize: int
+    device_index: int
+
+
+def allocate(index: int, nbytes: int, itemsize: int, stream: Any) -> DeviceBuffer:
+    """Stream-ordered device memory from the device's memory resource."""
+    dev = make_current(index)
+    buf = dev.memory_resource.allocate(max(nbytes, 1), stream=stream)
+    return DeviceBuffer(buf, int(buf.handle), nbytes, itemsize, index)
+
+
+def wrap_foreign(ptr: int, nbytes: int, itemsize: int, index: int, owner: Any) -> DeviceBuffer:
+    """A view of memory owned by another library (kept alive through ``owner``)."""
+    buf = _core().Buffer.from_handle(ptr, max(nbytes, 1), owner=owner)
+    return DeviceBuffer(buf, int(ptr), nbytes, itemsize, index)
+
+
+def host_to_device(dst_ptr: int, host: np.ndarray, stream: Any) -> None:
+    """Copy a contiguous host array to ``dst_ptr`` and wait (the host array may go away)."""
+    host = np.ascontiguousarray(host)
+    if host.nbytes:
+        _check(_driver().cuMemcpyHtoDAsync(dst_ptr, host.ctypes.data, host.nbytes,
+                                           stream.handle), "cuMemcpyHtoDAsync")
+    stream.sync()
+
+
+def device_to_host(src_ptr: int, nbytes: int, stream: Any) -> np.ndarray:
+    """The bytes at ``src_ptr`` as a host uint8 array (waits for the stream)."""
+    out = np.empty(nbytes, dtype=np.uint8)
+    if nbytes:
+        _check(_driver().cuMemcpyDtoHAsync(out.ctypes.data, src_ptr, nbytes, stream.handle),
+               "cuMemcpyDtoHAsync")
+    stream.sync()
+    return out
+
+
+def device_to_device(dst_ptr: int, src_ptr: int, nbytes: int, stream: Any) -> None:
+    if nbytes:
+        _check(_driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream.handle),
+               "cuMemcpyDtoDAsync")
+
+
+# -- modules and launches -------------------------------------------------------------------
+
+def load_kernel(cubin: bytes, name: str, index: int) -> Any:
+    """Load a cubin on device ``index`` and return its kernel ``name``."""
+    make_current(index)
+    return _core().ObjectCode.from_cubin(cubin).get_kernel(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_config(grid: tuple[int, int, int]) -> Any:
+    # Tile IR kernels: block (1,1,1) and no dynamic shared memory; tileiras stores the real
+    # thread count and cluster shape in the cubin.
+    return _core().LaunchConfig(grid=grid, block=(1, 1, 1))
+
+
+def launch(stream: Any, kernel: Any, grid: tuple[int, int, int], args: Sequence[Any]) -> None:
+    _core().launch(stream, launch_config(tuple(grid)), kernel, *args)
+
+
+def graph_builder(stream: Any) -> Any:
+    builder = stream.create_graph_builder()
+    builder.begin_building()
+    return builder
+
+
+def finish_graph(builder: Any) -> Any:
+    builder.end_building()
+    return builder.complete()
+
+
+def dlpack_view(obj: Any) -> Any:
+    """A cuda.core StridedMemoryView of a DLPack / CUDA-array-interface object (no copy)."""
+    from cuda.core.utils import StridedMemoryView  # type: ignore[import-not-found]
+    return StridedMemoryView(obj, -1)
+
+
+def export_view(buf: DeviceBuffer, byte_offset: int, shape: Sequence[int],
+                strides: Sequence[int], np_dtype: Any, readonly: bool) -> Any:
+    """A StridedMemoryView over part of a buffer, for ``__dlpack__`` export."""
+    from cuda.core.utils import StridedMemoryView  # type: ignore[import-not-found]
+    item = np.dtype(np_dtype).itemsize
+    sub = _core().Buffer.from_handle(buf.ptr + byte_offset,
+                                     max(1, buf.nbytes - byte_offset), owner=buf.buffer)
+    return StridedMemoryView.from_buffer(sub, tuple(shape), tuple(strides), itemsize=item,
+                                         dtype=np.dtype(np_dtype), is_readonly=readonly)
+
+
+def default_index(name: Optional[str]) -> int:
+    return int(name.partition(":")[2] or 0) if name else 0
