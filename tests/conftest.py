@@ -20,3 +20,15 @@ def poisoned(shape, dtype=ts.float32):
     value = float("nan") if dtype.is_float else (True if dtype.is_bool else -123
                                                  if dtype.is_signed else 123)
     return ts.full(shape, value, dtype).sync()
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/gpu runs only where a CUDA device and tileiras are usable."""
+    from tilesafe.runtime.device import probe_gpu
+    probe = probe_gpu()
+    if probe.available and "compile with" in probe.reason:
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {probe.reason}")
+    for item in items:
+        if "/tests/gpu/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(skip)

@@ -175,3 +175,25 @@ def test_recording_releases_the_launch_borrows_and_replay_takes_them():
     t.numpy()  # recorded, not running: t is readable
     graph.replay()
     assert np.array_equal(t.numpy(), np.ones(16))
+
+
+def test_a_long_then_chain_runs_as_a_loop_on_one_stream():
+    x = _ones(32)
+    op = axpy(ts.zeros(32).sync().partition(8), x, 1.0)
+    for _ in range(1999):  # deeper than Python's recursion limit
+        op = op.then(lambda res: axpy(*res[:2], 1.0))
+    z, *_ = op.sync()
+    assert np.array_equal(z.unpartition().numpy(), np.full(32, 2000.0))
+
+
+def test_loans_of_a_pipeline_end_when_its_stream_is_synchronized():
+    t = ts.zeros(16).sync()
+    seen = []
+
+    def check(res):
+        with pytest.raises(BorrowError):  # the first launch has not been observed complete
+            t.numpy()
+        seen.append(1)
+        return res
+    axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0).then(check).sync()
+    assert seen and np.array_equal(t.numpy(), np.ones(16))

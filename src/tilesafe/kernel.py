@@ -154,7 +154,7 @@ class Kernel:
                 self._gpu_executable(prepared).launch(prepared, stream)
             self.launch_count += 1
         finally:
-            results = recover(prepared)
+            results = recover(prepared, stream)
         return results
 
     def __call__(self, *args: Any) -> DeviceOp[tuple]:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 from .._callsite import caller_location
 from ..errors import DeviceOpError
 from ..runtime.device import Device
-from .stream import Stream, next_stream
+from .stream import Stream, next_stream, running_on
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -58,10 +58,13 @@ class DeviceOp(Generic[T]):
         return self.sync_on(next_stream(self.device))
 
     def sync_on(self, stream: Stream) -> T:
-        """Run the op on ``stream`` and wait for that stream."""
-        result = self._execute(stream)
-        stream.synchronize()
-        return result
+        """Run the op on ``stream`` and wait for that stream (which ends the borrows of the
+        work it ran)."""
+        try:
+            with running_on(stream):
+                return self._execute(stream)
+        finally:
+            stream.synchronize()
 
     def __await__(self):
         return self._run_async().__await__()
@@ -76,11 +79,9 @@ class DeviceOp(Generic[T]):
     # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
         """After this op, run ``fn(result)`` on the same stream; if it returns a DeviceOp,
-        that op runs next (no host synchronization in between)."""
-        def run(stream: Stream):
-            nxt = fn(self._execute(stream))
-            return nxt._execute(stream) if isinstance(nxt, DeviceOp) else nxt
-        return DeviceOp(run, f"{self.label}.then({getattr(fn, '__name__', 'fn')})", self.device)
+        that op runs next (no host synchronization in between). Long chains are flat: no
+        recursion per step."""
+        return _Chain(self, (fn,))
 
     def map(self, fn: Callable[[T], U]) -> "DeviceOp[U]":
         """Transform the result on the host after the op completes."""
@@ -128,6 +129,29 @@ class DeviceOp(Generic[T]):
     def __repr__(self) -> str:
         state = "driven" if self._driven_at else "pending"
         return f"<DeviceOp {self.label} ({state})>"
+
+
+class _Chain(DeviceOp):
+    """``first.then(f1).then(f2)...``, executed as a loop."""
+
+    __slots__ = ("_first", "_steps")
+
+    def __init__(self, first: DeviceOp, steps: tuple):
+        names = ".then(...)" * len(steps)
+        super().__init__(None, f"{first.label}{names}", first.device)
+        self._first, self._steps = first, steps
+
+    def then(self, fn: Callable[[Any], Any]) -> "DeviceOp":
+        self._consume("extended with .then()")
+        return _Chain(self._first, self._steps + (fn,))
+
+    def _perform(self, stream: Stream) -> Any:
+        result = self._first._execute(stream)
+        for fn in self._steps:
+            result = fn(result)
+            if isinstance(result, DeviceOp):
+                result = result._execute(stream)
+        return result
 
 
 class SharedOp(DeviceOp[T]):

@@ -15,7 +15,7 @@ from ..errors import Location
 from ..runtime.allocation import release_all
 from ..runtime.launch import PreparedLaunch, prepare
 from .deviceop import DeviceOp, resolve
-from .stream import Stream
+from .stream import Stream, current_stream
 
 
 class KernelNode:
@@ -27,12 +27,11 @@ class KernelNode:
         self.shape_key = (prepared.specialization, prepared.grid)
         self.label = f"{kernel.name}(...) recorded at {where}"
 
-    def _prepare(self, lend: bool) -> PreparedLaunch:
-        k = self.kernel
-        return prepare(k.name, k.params, list(self.args), self.grid, self.where, lend=lend)
-
     def replay(self, stream: Stream) -> None:
-        self.kernel._run_prepared(self._prepare(lend=True), stream)
+        k = self.kernel
+        prepared = prepare(k.name, k.params, list(self.args), self.grid, self.where,
+                           stream=stream)
+        k._run_prepared(prepared, stream)
 
     def compatible(self, other: Any) -> Optional[str]:
         if not isinstance(other, KernelNode) or other.kernel is not self.kernel:
@@ -47,23 +46,27 @@ class KernelNode:
 class LaunchOp(DeviceOp[tuple]):
     """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
 
-    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early")
+    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early", "_finalizer")
 
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location):
         super().__init__(None, f"{kernel.name}(...) launched at {where}")
         self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
         self._early: Optional[PreparedLaunch] = None
+        self._finalizer = None
         if not any(isinstance(a, DeviceOp) for a in args):
-            self._early = prepare(kernel.name, kernel.params, list(args), grid, where)
+            self._early = prepare(kernel.name, kernel.params, list(args), grid, where,
+                                  stream=current_stream())
             # an op dropped without being driven gives its loans back
-            weakref.finalize(self, release_all, self._early.loans)
+            self._finalizer = weakref.finalize(self, release_all, self._early.loans)
 
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel
+        if self._finalizer is not None:
+            self._finalizer.detach()  # from now on the stream's completion releases the loans
         prepared = self._early or prepare(k.name, k.params,
                                           [resolve(a, stream) for a in self._args],
-                                          self._grid, self._where)
+                                          self._grid, self._where, stream=stream)
         return k._run_prepared(prepared, stream)
 
     def graph_nodes(self) -> Optional[list]:

@@ -36,6 +36,14 @@ class Stream:
         self.foreign = handle
         self.handle = _raw_handle(handle) if handle is not None else None
         self._native: Any = None
+        self._pending: list = []
+        self._spent: list = []
+
+    def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
+        """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
+        next synchronized (the point where the host knows the work is complete)."""
+        self._pending.extend(loans)
+        self._spent.extend((p, where) for p in borrowed_partitions)
 
     @property
     def native(self) -> Any:
@@ -56,6 +64,12 @@ class Stream:
         """Wait until all work enqueued on this stream is complete (immediate on cpu)."""
         if self.device.kind == "cuda":
             self.native.sync()
+        pending, self._pending = self._pending, []
+        for loan in pending:
+            loan.allocation.release(loan)
+        spent, self._spent = self._spent, []
+        for partition, where in spent:
+            partition._spend("was borrowed by a launch that completed", where)
 
     def __repr__(self) -> str:
         kind = "wrapped" if self.foreign is not None else "owned"
@@ -127,6 +141,28 @@ class _Pool:
 
 
 _POOL = _Pool()
+_CURRENT = threading.local()
+
+
+def current_stream() -> Optional[Stream]:
+    """The stream of the pipeline running on this thread, if any (ops created while it runs,
+    e.g. inside ``then``, are enqueued on it)."""
+    return getattr(_CURRENT, "stream", None)
+
+
+class running_on:
+    """Context manager marking ``stream`` as this thread's current pipeline stream."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+
+    def __enter__(self) -> Stream:
+        self.saved = current_stream()
+        _CURRENT.stream = self.stream
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        _CURRENT.stream = self.saved
 
 
 def next_stream(device: "Device | str | None" = None) -> Stream:

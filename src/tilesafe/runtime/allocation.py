@@ -9,8 +9,10 @@ lasts, DESIGN.md's rule 8 applies:
 * reading bytes under a mutable loan raises :class:`~tilesafe.errors.BorrowError`;
 * writing, or lending mutably, bytes under any loan raises it too.
 
-Completion (sync, an awaited future, an observed event) releases the loan. Byte ranges are the
-conservative footprint ``[lowest, highest]`` of a view.
+Completion (sync, an awaited future, an observed event) releases the loan. Work enqueued on a
+stream is ordered after earlier work on the same stream, so loans held by that stream do not
+stop it from enqueueing more (they still stop the host). Byte ranges are the conservative
+footprint ``[lowest, highest]`` of a view.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Loan:
     mutable: bool
     holder: str
     where: Optional[Location]
+    stream: Any = None
     id: int = field(default_factory=itertools.count().__next__)
 
     def overlaps(self, lo: int, hi: int) -> bool:
@@ -66,16 +69,19 @@ class Allocation:
         return self.data.itemsize
 
     # -- checks ---------------------------------------------------------------------------
-    def conflict(self, lo: int, hi: int, *, write: bool) -> Optional[Loan]:
+    def conflict(self, lo: int, hi: int, *, write: bool, stream: Any = None) -> Optional[Loan]:
         """The first loan that forbids reading (``write=False``) or writing/lending mutably
-        (``write=True``) the bytes ``[lo, hi)``, or None."""
+        (``write=True``) the bytes ``[lo, hi)``, or None. Work enqueued on ``stream`` is not
+        blocked by loans of earlier work on that same stream."""
         for loan in self.loans:
-            if loan.overlaps(lo, hi) and (write or loan.mutable):
+            if loan.overlaps(lo, hi) and (write or loan.mutable) and \
+                    (stream is None or loan.stream is not stream):
                 return loan
         return None
 
-    def check(self, lo: int, hi: int, *, write: bool, action: str, where: Location) -> None:
-        loan = self.conflict(lo, hi, write=write)
+    def check(self, lo: int, hi: int, *, write: bool, action: str, where: Location,
+              stream: Any = None) -> None:
+        loan = self.conflict(lo, hi, write=write, stream=stream)
         if loan is not None:
             raise BorrowError(f"cannot {action}: its memory is {loan.describe()}, which has not "
                               "completed", where,
@@ -84,8 +90,8 @@ class Allocation:
 
     # -- lending --------------------------------------------------------------------------
     def lend(self, lo: int, hi: int, *, mutable: bool, holder: str,
-             where: Optional[Location]) -> Loan:
-        loan = Loan(self, lo, hi, mutable, holder, where)
+             where: Optional[Location], stream: Any = None) -> Loan:
+        loan = Loan(self, lo, hi, mutable, holder, where, stream)
         self.loans.append(loan)
         return loan
 

@@ -100,7 +100,7 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
 
 
 def _take_loans(params: Sequence[Param], args: Sequence[Any], holder: str,
-                where: Location) -> list[Loan]:
+                where: Location, stream: Any) -> list[Loan]:
     """Check every argument against the loans of pending work, then lend them all to this
     launch: shared for inputs, mutable for outputs and raw pointers."""
     wanted = []
@@ -113,11 +113,12 @@ def _take_loans(params: Sequence[Param], args: Sequence[Any], holder: str,
             wanted.append((a, mutable, f"launch with '{p.name}'"))
     for tensor, mutable, action in wanted:
         lo, hi = tensor.footprint()
-        tensor._alloc.check(lo, hi, write=mutable, action=action, where=where)
+        tensor._alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
     loans = []
     for tensor, mutable, _ in wanted:
         lo, hi = tensor.footprint()
-        loans.append(tensor._alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where))
+        loans.append(tensor._alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where,
+                                        stream=stream))
     return loans
 
 
@@ -191,9 +192,12 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
 
 def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
             grid: Optional[Sequence[int]], where: Location, *,
-            lend: bool = True) -> PreparedLaunch:
-    """Validate a launch and marshal its arguments; raises before anything runs. With
-    ``lend=False`` (compiling without running) the arguments are checked but not borrowed."""
+            lend: bool = True, stream: Any = None) -> PreparedLaunch:
+    """Validate a launch and lend its arguments to it; raises before anything runs.
+
+    ``stream`` is the stream the launch will be enqueued on when that is already known (inside
+    a running pipeline): earlier work on it does not block the launch. With ``lend=False``
+    (compiling without running) the arguments are checked but not borrowed."""
     if len(args) != len(params):
         raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) "
                             f"({', '.join(p.name for p in params)}), got {len(args)}", where,
@@ -204,18 +208,19 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     spec = specialize(kernel_name, list(params), infos, where)
     g = launch_grid(params, args, grid, kernel_name, where)
     device = _launch_device(params, args, kernel_name, where)
-    loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where) \
-        if lend else []
+    loans = _take_loans(params, args, f"the pending launch of '{kernel_name}'", where,
+                        stream) if lend else []
     return PreparedLaunch(spec, g, tuple(args), loans, where, device)
 
 
-def recover(prepared: PreparedLaunch) -> tuple[Any, ...]:
-    """Complete the launch on the host side: release its loans, spend the borrowed
-    partitions (their borrow ends here), and return the very objects the caller passed."""
-    release_all(prepared.loans)
-    for _, partition in _outputs(prepared.args):
-        if partition.is_borrowed:
-            partition._spend("was borrowed by a launch that completed", prepared.where)
+def recover(prepared: PreparedLaunch, stream: Any) -> tuple[Any, ...]:
+    """Hand back the very objects the caller passed. The launch's loans (and the borrow of
+    borrowed partitions) end when ``stream`` is synchronized, i.e. when the host knows the
+    work is complete; later work on the same stream may use the arguments meanwhile."""
+    for loan in prepared.loans:
+        loan.stream = stream
+    borrowed = [p for _, p in _outputs(prepared.args) if p.is_borrowed]
+    stream.on_complete(prepared.loans, borrowed, prepared.where)
     return prepared.args
 
 
