@@ -36,6 +36,7 @@ class Loan:
     holder: str
     where: Optional[Location]
     stream: Any = None
+    count: int = 1
     id: int = field(default_factory=itertools.count().__next__)
 
     def overlaps(self, lo: int, hi: int) -> bool:
@@ -91,11 +92,22 @@ class Allocation:
     # -- lending --------------------------------------------------------------------------
     def lend(self, lo: int, hi: int, *, mutable: bool, holder: str,
              where: Optional[Location], stream: Any = None) -> Loan:
+        if stream is not None:  # repeated work on one stream shares one loan (counted)
+            for loan in self.loans:
+                if loan.stream is stream and (loan.lo, loan.hi, loan.mutable) == \
+                        (lo, hi, mutable):
+                    loan.count += 1
+                    return loan
         loan = Loan(self, lo, hi, mutable, holder, where, stream)
         self.loans.append(loan)
         return loan
 
     def release(self, loan: Loan) -> None:
+        """End one use of ``loan`` (a loan shared by several uses ends with the last)."""
+        if loan.count > 1:
+            loan.count -= 1
+            return
+        loan.count = 0
         try:
             self.loans.remove(loan)
         except ValueError:
