@@ -311,7 +311,8 @@ def test_compile_time_if_compiles_only_the_taken_branch():
     z = poisoned(8).partition(4)
     z, *_ = static_branches(z, ts.tensor(xf), 3, False, 3).sync()   # Const[float] accepts 3
     np.testing.assert_array_equal(z.unpartition().numpy(), xf * np.float32(3))
-    assert static_branches.compile_count == 4  # failed compilations are not cached
+    # ir() builds only the front end and is not counted; failed compilations are not cached
+    assert static_branches.compile_count == 3
 
 
 @ts.kernel

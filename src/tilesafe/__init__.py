@@ -13,7 +13,7 @@ from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, Ke
 from .exec.deviceop import DeviceOp, SharedOp, value, zip
 from .exec.graph import CudaGraph
 from .exec.stream import Event, Stream, next_stream
-from .kernel import Kernel, function, kernel, unsafe
+from .kernel import Kernel, compile, function, kernel, unsafe
 from .runtime.device import Device, default_device, devices
 from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
 from .runtime.interop import from_dlpack
@@ -23,7 +23,7 @@ from .runtime.tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "kernel", "function", "unsafe", "Kernel", "DeviceOp", "SharedOp", "zip", "value",
+    "kernel", "function", "unsafe", "compile", "Kernel", "DeviceOp", "SharedOp", "zip", "value",
     "CudaGraph", "Stream", "Event", "next_stream", "Tensor", "Partition", "Device",
     "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
     "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",

@@ -72,7 +72,8 @@ class Kernel:
         name: the function name.
         params: the parsed parameters.
         unchecked_accesses: True if bounds checks are off (the kernel is unsafe).
-        compile_count: number of specializations compiled so far in this process.
+        compile_count: compilations so far in this process: interpreter builds on the cpu,
+            tileiras runs for GPUs (a cubin found in the disk cache does not count).
         launch_count: number of launches that have run (replays included).
     """
 
@@ -85,7 +86,9 @@ class Kernel:
         self.unchecked_accesses = bool(unchecked_accesses)
         self.hints = _check_hints(hints)
         self._source: Optional[SourceFunction] = None
+        self._ir_cache: dict[Specialization, KernelIR] = {}
         self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
+        self._gpu_cache: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self.compile_count = 0
         self.launch_count = 0
@@ -103,24 +106,70 @@ class Kernel:
         return self._source
 
     # -- compilation ------------------------------------------------------------------------
+    def _ir(self, spec: Specialization) -> KernelIR:
+        """The typed IR of one specialization (front end; cached)."""
+        ir = self._ir_cache.get(spec)
+        if ir is None:
+            ir = lower_kernel(self.name, self.source, self.params, spec,
+                              unchecked_accesses=self.unchecked_accesses)
+            self._ir_cache[spec] = ir
+        return ir
+
     def _compiled(self, spec: Specialization) -> tuple[KernelIR, InterpretedKernel]:
+        """The interpreter executable of a specialization (single-flight, cached)."""
         entry = self._cache.get(spec)
         if entry is None:
             with self._lock:
                 entry = self._cache.get(spec)
                 if entry is None:
-                    ir = lower_kernel(self.name, self.source, self.params, spec,
-                                      unchecked_accesses=self.unchecked_accesses)
+                    ir = self._ir(spec)
                     entry = (ir, compile_kernel(ir))
                     self._cache[spec] = entry
                     self.compile_count += 1
         return entry
 
+    def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
+        """The loaded cubin for a launch's specialization and device (single-flight, cached
+        in memory and on disk); ``compile_count`` counts tileiras runs."""
+        key = (prepared.specialization, prepared.device)
+        exe = self._gpu_cache.get(key)
+        if exe is None:
+            with self._lock:
+                exe = self._gpu_cache.get(key)
+                if exe is None:
+                    from .backends.tileir import jit
+                    ir = self._ir(prepared.specialization)
+                    arch = jit.arch_of(prepared.device.index)
+
+                    def build(**_):
+                        result = jit.cubin_for(ir, arch, hints=self.hints)
+                        self.compile_count += int(result.compiled)
+                        return result
+                    exe = jit.load(ir, self.params, build(), prepared.device.index, build)
+                    self._gpu_cache[key] = exe
+        return exe
+
+    def compile(self, *args: Any, target: Optional[str] = None,
+                grid: Optional[Sequence[int]] = None) -> Any:
+        """Compile for these arguments without launching. With ``target`` (e.g. ``"sm_90"``)
+        this needs no GPU and returns the cubin bytes; otherwise it warms the executable of the
+        arguments' device (interpreter or GPU)."""
+        values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
+        prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
+        if target is not None:
+            from .backends.tileir import jit
+            result = jit.cubin_for(self._ir(prepared.specialization), target, hints=self.hints)
+            self.compile_count += int(result.compiled)
+            return result.cubin
+        if prepared.device.kind == "cpu":
+            return self._compiled(prepared.specialization)[1]
+        return self._gpu_executable(prepared)
+
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""
         values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
         prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
-        return self._compiled(prepared.specialization)[0]
+        return self._ir(prepared.specialization)
 
     def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:
         """The printed IR for these arguments (see :meth:`ir`)."""
@@ -151,7 +200,7 @@ class Kernel:
                 _, executable = self._compiled(prepared.specialization)
                 executable.run(interp_bindings(self.params, prepared.args), prepared.grid)
             else:
-                self._gpu_executable(prepared).launch(prepared, stream)
+                self._gpu_executable(prepared).launch(prepared, self.params, stream)
             self.launch_count += 1
         finally:
             results = recover(prepared, stream)
@@ -184,3 +233,10 @@ def function(fn: Callable) -> DeviceFunction:
     """Decorate a device function: callable from kernels and other device functions, inlined
     at each call site. It takes and returns tiles, tensors, partitions and constants."""
     return DeviceFunction(fn)
+
+
+def compile(kernel: Kernel, *args: Any, target: str = "sm_90",  # noqa: A001
+            grid: Optional[Sequence[int]] = None) -> bytes:
+    """Compile ``kernel`` for the given (cpu or abstract) arguments to a cubin for ``target``;
+    needs tileiras but no GPU."""
+    return kernel.compile(*args, target=target, grid=grid)
