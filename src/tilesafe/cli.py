@@ -1,5 +1,7 @@
-"""The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable) and
-``demo`` (the README example, timed, on the default device)."""
+"""The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable),
+``demo`` (the README example, timed, on the default device) and ``check`` (compile every
+kernel of a module without a GPU: front end and safety rules, and with ``--target`` the whole
+path to a cubin)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(n=args.n, tile=args.tile)
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import check_file
+    return check_file(args.file, target=args.target)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="tilesafe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,5 +44,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     demo.add_argument("--n", type=int, default=1 << 20, help="vector length (default 2**20)")
     demo.add_argument("--tile", type=int, default=1024, help="tile size (default 1024)")
     demo.set_defaults(fn=cmd_demo)
+    check = sub.add_parser("check", help="compile every kernel of a Python file, no GPU needed")
+    check.add_argument("file", help="a .py file defining @ts.kernel functions")
+    check.add_argument("--target", default=None,
+                       help="also compile to a cubin for this GPU (e.g. sm_90; needs tileiras)")
+    check.set_defaults(fn=cmd_check)
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -17,7 +17,7 @@ from .backends.interp import InterpretedKernel, compile_kernel
 from .compiler.frontend import DeviceFunction, SourceFunction, lower_kernel
 from .compiler.ir import KernelIR, print_ir
 from .compiler.signature import Param, PointerSpec, parse_signature
-from .compiler.specialize import Specialization
+from .compiler.specialize import Specialization, specialize_from_names
 from .errors import SignatureError, UnsafeError
 from .exec.deviceop import DeviceOp
 from .exec.launch import LaunchOp
@@ -78,13 +78,14 @@ class Kernel:
     """
 
     def __init__(self, fn: Callable, *, unchecked_accesses: bool = False,
-                 hints: Optional[dict] = None):
+                 hints: Optional[dict] = None, examples: Sequence[dict] = ()):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = fn.__name__
         self.params: list[Param] = parse_signature(fn)
         self.unchecked_accesses = bool(unchecked_accesses)
         self.hints = _check_hints(hints)
+        self.examples = [dict(e) for e in examples]
         self._source: Optional[SourceFunction] = None
         self._ir_cache: dict[Specialization, KernelIR] = {}
         self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
@@ -171,6 +172,12 @@ class Kernel:
         prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
         return self._ir(prepared.specialization)
 
+    def specialize_example(self, bindings: dict) -> Specialization:
+        """A specialization from names alone, with no tensors: ``bindings`` gives each shape
+        name (``"S": (1024,)``), dtype name (``"T": ts.float16``) and tc.Const parameter.
+        Used by ``tilesafe check`` and to compile ahead of time."""
+        return specialize_from_names(self.name, self.params, bindings)
+
     def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:
         """The printed IR for these arguments (see :meth:`ir`)."""
         return print_ir(self.ir(*args, grid=grid))
@@ -215,7 +222,7 @@ class Kernel:
 
 
 def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
-           hints: Optional[dict] = None):
+           hints: Optional[dict] = None, examples: Sequence[dict] = ()):
     """Decorate a tile kernel: ``@ts.kernel`` or ``@ts.kernel(unchecked_accesses=True)``.
 
     Args:
@@ -223,9 +230,12 @@ def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
             ``with ts.unsafe():``).
         hints: per-architecture optimization hints, e.g.
             ``{"sm_90": {"num_cta_in_cga": 2, "occupancy": 1}}``; unknown names are an error.
+        examples: name bindings (shape names, dtype names, tc.Const values), each a dict, that
+            ``tilesafe check`` compiles the kernel with when no tensors are at hand.
     """
     def wrap(f: Callable) -> Kernel:
-        return Kernel(f, unchecked_accesses=unchecked_accesses, hints=hints)
+        return Kernel(f, unchecked_accesses=unchecked_accesses, hints=hints,
+                      examples=examples)
     return wrap(fn) if fn is not None else wrap
 
 

@@ -223,3 +223,52 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
                                 "dynamic (-1) in the annotation")
         dims.append(want)
     return TensorViewType(a.dtype, tuple(dims), False)
+
+
+def specialize_from_names(kernel_name: str, params: list[Param],
+                          bindings: dict[str, Any]) -> Specialization:
+    """A specialization without launch arguments: shape names, dtype names and constants come
+    from ``bindings``; dynamic extents stay dynamic. Raises ArgumentError naming what is
+    missing."""
+    def resolve_dtype(d):
+        if isinstance(d, str):
+            if d not in bindings:
+                raise ArgumentError(f"kernel '{kernel_name}': no binding for dtype name '{d}'",
+                                    hint=f"add '{d}': ts.float32 (say) to the example")
+            from ..dtypes import as_dtype
+            return as_dtype(bindings[d])
+        return d
+
+    def resolve_shape(shape):
+        if isinstance(shape, str):
+            if shape not in bindings:
+                raise ArgumentError(f"kernel '{kernel_name}': no binding for shape name "
+                                    f"'{shape}'", hint=f"add '{shape}': (1024,) (say) to the "
+                                    "example")
+            value = bindings[shape]
+            return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+        return tuple(bindings[d] if isinstance(d, str) else (1 if d is None else d)
+                     for d in shape)
+
+    infos = []
+    for p in params:
+        spec = p.spec
+        if isinstance(spec, (ConstSpec, ScalarSpec)):
+            if isinstance(spec, ConstSpec) and p.name not in bindings:
+                raise ArgumentError(f"kernel '{kernel_name}': no value for tc.Const parameter "
+                                    f"'{p.name}'", hint=f"add '{p.name}': ... to the example")
+            value = bindings.get(p.name, 0.0 if isinstance(spec, ScalarSpec)
+                                 and spec.dtype.is_float else 0)
+            infos.append(ArgInfo("const", value=value))
+        elif isinstance(spec, PointerSpec):
+            infos.append(ArgInfo("tensor", spec.dtype, (1,)))
+        elif isinstance(spec, MappedSpec):
+            tile = resolve_shape(spec.tile_shape)
+            infos.append(ArgInfo("mapped", resolve_dtype(spec.dtype), tile, tile,
+                                 resolve_shape(spec.map_shape)))
+        elif spec.mutable:
+            tile = resolve_shape(spec.shape)
+            infos.append(ArgInfo("partition", resolve_dtype(spec.dtype), tile, tile))
+        else:
+            infos.append(ArgInfo("tensor", resolve_dtype(spec.dtype), resolve_shape(spec.shape)))
+    return specialize(kernel_name, params, infos)
