@@ -18,7 +18,7 @@ from .compiler.frontend import DeviceFunction, SourceFunction, lower_kernel
 from .compiler.ir import KernelIR, print_ir
 from .compiler.signature import Param, PointerSpec, parse_signature
 from .compiler.specialize import Specialization, specialize_from_names
-from .errors import SignatureError, UnsafeError
+from .errors import ArgumentError, SignatureError, UnsafeError
 from .exec.deviceop import DeviceOp
 from .exec.launch import LaunchOp
 from .exec.stream import Stream
@@ -202,6 +202,10 @@ class Kernel:
 
     def _run_prepared(self, prepared: PreparedLaunch, stream: Stream) -> tuple:
         """Run a validated launch to completion on ``stream`` and hand back its arguments."""
+        if stream.device != prepared.device:
+            raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but was "
+                                f"driven on a {stream.device} stream", prepared.where,
+                                hint=f"drive it with .sync() or on a {prepared.device} stream")
         try:
             if prepared.device.kind == "cpu":
                 _, executable = self._compiled(prepared.specialization)

@@ -44,6 +44,7 @@ class CudaGraph:
         self.nodes: list[GraphNode] = []
         self._recording = False
         self._ready = False
+        self._captured: Any = None
 
     @classmethod
     def scope(cls, stream: Optional[Stream] = None) -> "CudaGraph":
@@ -87,10 +88,33 @@ class CudaGraph:
 
         def run(default_stream: Stream) -> None:
             target = stream or self.stream or default_stream
+            if target.device.kind == "cuda" and self.nodes and \
+                    all(hasattr(n, "capture") for n in self.nodes):
+                self._replay_captured(target)
+                return
             for node in self.nodes:
                 node.replay(target)
-        return DeviceOp(run, f"graph of {len(self.nodes)} node(s)",
-                        self.stream.device if self.stream else None)
+        device = self.stream.device if self.stream else (
+            self.nodes[0].device if self.nodes and hasattr(self.nodes[0], "device") else None)
+        return DeviceOp(run, f"graph of {len(self.nodes)} node(s)", device)
+
+    def _replay_captured(self, stream: Stream) -> None:
+        """Replay as one CUDA graph launch: the nodes are captured once (per stream); each
+        replay checks and borrows every argument once, then launches the whole graph."""
+        from ..runtime import cuda
+        from ..runtime.launch import borrow_for_replay
+        if self._captured is None or self._captured[0] is not stream:
+            builder = cuda.graph_builder(stream.native)
+            for node in self.nodes:
+                node.capture(builder)
+            self._captured = (stream, cuda.finish_graph(builder))
+        loans = borrow_for_replay([(n.kernel, n.args) for n in self.nodes],
+                                  f"a replay of a graph of {len(self.nodes)} node(s)",
+                                  self.nodes[0].where, stream)
+        self._captured[1].launch(stream.native)
+        stream.on_complete(loans, [], self.nodes[0].where)
+        for node in self.nodes:
+            node.kernel.launch_count += 1
 
     def replay(self) -> None:
         """Replay once and wait: ``graph.launch().sync()``."""
@@ -122,6 +146,7 @@ class CudaGraph:
         if len(nodes) != len(self.nodes):
             raise DeviceOpError(f"{where}: update() needs {len(self.nodes)} node(s) like the "
                                 f"recorded graph, got {len(nodes)}")
+        self._captured = None  # the next replay captures the new work
         for old, new in zip(self.nodes, nodes):
             why = old.compatible(new)
             if why:

@@ -25,7 +25,16 @@ class KernelNode:
                  where: Location, prepared: PreparedLaunch):
         self.kernel, self.args, self.grid, self.where = kernel, args, grid, where
         self.shape_key = (prepared.specialization, prepared.grid)
+        self.device = prepared.device
         self.label = f"{kernel.name}(...) recorded at {where}"
+
+    def capture(self, builder: Any) -> None:
+        """Add this launch to a CUDA graph being built (no loans: replays take them)."""
+        from ..runtime import cuda
+        k = self.kernel
+        prepared = prepare(k.name, k.params, list(self.args), self.grid, self.where, lend=False)
+        exe = k._gpu_executable(prepared)
+        cuda.launch(builder, exe.handle, prepared.grid, exe.pack(prepared.args, k.params))
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
@@ -57,6 +66,7 @@ class LaunchOp(DeviceOp[tuple]):
         if not any(isinstance(a, DeviceOp) for a in args):
             self._early = prepare(kernel.name, kernel.params, list(args), grid, where,
                                   stream=current_stream())
+            self.device = self._early.device
             # an op dropped without being driven gives its loans back
             self._finalizer = weakref.finalize(self, release_all, self._early.loans)
 

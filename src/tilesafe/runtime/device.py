@@ -66,7 +66,8 @@ def probe_gpu() -> GpuProbe:
     except Exception as err:  # a missing or broken tileiras: tensors work, kernels do not
         return GpuProbe(True, names, f"{count} CUDA device(s); kernels cannot be compiled for "
                         f"them: {err}")
-    return GpuProbe(True, names, f"{count} CUDA device(s); kernels compile with {tool}")
+    return GpuProbe(True, names, f"{count} CUDA device(s); kernels compile with tileiras "
+                    f"{tool.version} ({tool.path})")
 
 
 def as_device(device: "Device | str | None") -> Device:

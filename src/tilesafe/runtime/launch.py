@@ -213,6 +213,36 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     return PreparedLaunch(spec, g, tuple(args), loans, where, device)
 
 
+def borrow_for_replay(launches: Sequence[tuple[Any, Sequence[Any]]], holder: str,
+                      where: Location, stream: Any) -> list[Loan]:
+    """Check that the arguments of recorded launches are still usable (not moved, not
+    borrowed by other pending work) and lend each distinct argument once, for a graph replay."""
+    wanted: dict[int, tuple[Tensor, bool]] = {}
+    for kernel, args in launches:
+        for i, (p, a) in enumerate(zip(kernel.params, args)):
+            outputs = dict(_outputs(args))
+            if i in outputs:
+                outputs[i]._check_usable("replay a graph that writes it")
+                t, mutable = outputs[i]._tensor, True
+            elif isinstance(a, Tensor):
+                a._check_usable("replay a graph that reads it")
+                t, mutable = a, isinstance(p.spec, PointerSpec)
+            else:
+                continue
+            prev = wanted.get(id(t))
+            wanted[id(t)] = (t, mutable or (prev[1] if prev else False))
+    for t, mutable in wanted.values():
+        lo, hi = t.footprint()
+        t._alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
+                       stream=stream)
+    loans = []
+    for t, mutable in wanted.values():
+        lo, hi = t.footprint()
+        loans.append(t._alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where,
+                                   stream=stream))
+    return loans
+
+
 def recover(prepared: PreparedLaunch, stream: Any) -> tuple[Any, ...]:
     """Hand back the very objects the caller passed. The launch's loans (and the borrow of
     borrowed partitions) end when ``stream`` is synchronized, i.e. when the host knows the

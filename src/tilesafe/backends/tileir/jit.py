@@ -29,14 +29,15 @@ def cubin_for(kernel: KernelIR, arch: str, *, hints: Optional[dict] = None,
               facts: Optional[dict] = None) -> CubinResult:
     """The cubin of ``kernel`` for ``arch`` (e.g. ``"sm_90"``), from the disk cache if there."""
     from .lower import lower_kernel
-    from .tileiras import assemble, tileiras_version
+    from .tileiras import assemble, find_tileiras
+    tool = find_tileiras()
     bytecode = lower_kernel(kernel, version=BYTECODE_VERSION, hints=hints, facts=facts)
     key = cache.cache_key(bytecode, version=BYTECODE_VERSION, arch=arch, opt_level=OPT_LEVEL,
-                          tool_version=tileiras_version())
+                          tool_version=tool.version)
     cubin = cache.load(key)
     if cubin is not None:
         return CubinResult(cubin, False, key)
-    cubin = assemble(bytecode, arch, kernel=kernel, opt_level=OPT_LEVEL)
+    cubin = assemble(bytecode, arch, kernel=kernel, opt_level=OPT_LEVEL, tool=tool)
     cache.store(key, cubin)
     return CubinResult(cubin, True, key)
 
