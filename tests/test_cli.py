@@ -17,7 +17,7 @@ def test_info_reports_version_devices_and_gpu_status(capsys):
 def test_demo_prints_a_correct_result(capsys):
     assert main(["demo", "--n", "5000", "--tile", "256"]) == 0
     out = capsys.readouterr().out
-    assert "correct: True" in out and "device: cpu" in out and "time" in out
+    assert "correct: True" in out and "device: " in out and "time" in out
 
 
 def test_python_dash_m_entry_point():

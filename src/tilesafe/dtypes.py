@@ -152,7 +152,7 @@ def _round_to_bf16(values: np.ndarray) -> np.ndarray:
     bias = np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
     rounded = ((bits + bias) >> 16) << 16
     rounded = np.where(np.isnan(f32), np.uint32(0x7FC00000), rounded).astype(np.uint32)
-    return rounded.view(np.float32).reshape(f32.shape)
+    return rounded.view(np.float32).reshape(np.shape(values))
 
 
 def int_to_float64_odd(value: int) -> float:

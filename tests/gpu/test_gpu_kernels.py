@@ -172,7 +172,8 @@ def test_ownership_rules_hold_on_cuda():
     with pytest.raises(ts.AliasingError):
         add(ts.borrow_mut(t[0:32]).partition(16), t[16:48], t[32:64])
     with pytest.raises(ts.ArgumentError, match="different devices"):
-        add(ts.borrow_mut(t).partition(16), ts.ones(64).sync(), ts.ones(64).sync())
+        add(ts.borrow_mut(t).partition(16), ts.ones(64, device="cpu").sync(),
+            ts.ones(64, device="cpu").sync())
 
 
 def test_disk_cache_second_process_compiles_nothing(tmp_path):

@@ -69,6 +69,9 @@ class LaunchOp(DeviceOp[tuple]):
             self.device = self._early.device
             # an op dropped without being driven gives its loans back
             self._finalizer = weakref.finalize(self, release_all, self._early.loans)
+        else:  # the device of pending arguments is the device their ops produce on
+            self.device = next((getattr(a, "device", None) for a in args
+                                if getattr(a, "device", None) is not None), None)
 
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel

@@ -156,6 +156,8 @@ def finish_graph(builder: Any) -> Any:
 def dlpack_view(obj: Any) -> Any:
     """A cuda.core StridedMemoryView of a DLPack / CUDA-array-interface object (no copy)."""
     from cuda.core.utils import StridedMemoryView  # type: ignore[import-not-found]
+    if hasattr(StridedMemoryView, "from_any_interface"):
+        return StridedMemoryView.from_any_interface(obj, -1)
     return StridedMemoryView(obj, -1)
 
 

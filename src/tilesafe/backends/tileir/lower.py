@@ -1,0 +1,293 @@
+"""Lowering of a verified :class:`~tilesafe.compiler.ir.KernelIR` to a Tile IR bytecode module.
+
+:func:`lower_kernel` writes one module with one entry function named after the kernel (the
+cubin symbol). Each IR op is lowered by the function registered on its registry declaration
+(``registry.OPS[name].lowerings["tileir"]``, filled by ``lower_arith``, ``lower_tile``,
+``lower_memory`` and ``lower_control``); an op without one is a CompileError naming the op and
+its source line. This module owns the kernel ABI, the entry prelude (parameters, ``assume``
+facts, views, the token) and the public API; it must not lower individual ops.
+
+Kernel ABI (what the launcher packs, in this order; :func:`abi_signature` lists it)
+------------------------------------------------------------------------------------
+Every entry parameter is a rank-0 value; kernel parameters are flattened in their order:
+
+=============== ==========================================================================
+IR param kind   entry parameters
+=============== ==========================================================================
+``tensor``      ``ptr`` (address of element 0), ``dim0..dimN-1`` (i32), ``stride0..`` (i32,
+                in elements) of the shared tensor
+``mut_tensor``  ``ptr``, dims, strides of the WHOLE partitioned tensor (not of one tile); the
+                kernel views it in tiles of the IR's static tile shape and program ``(x, y,
+                z)`` owns tile ``(x, y, z)[:rank]``
+``mapped``      ``ptr``, dims, strides of the whole tensor of a mapped partition
+``scalar``      ``value``: the scalar itself in its dtype (bool: one byte, 0 or 1)
+``pointer``     ``ptr``: the address of the tensor's element 0 (raw, unsafe)
+=============== ==========================================================================
+
+``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
+(the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
+tile-block count, the block (1, 1, 1), dynamic shared memory 0 (DESIGN.md section 4).
+
+Token scheme
+------------
+Accesses through mutable views (MutTensor load/store, mapped partition load/store, raw pointer
+load/store) form ONE chain: ``make_token`` at entry, and each access takes the current token
+and yields the next, so every such access is ordered after the previous one. Through ``for``
+the token is the last loop-carried value, through ``if`` the last result (only where the
+region accesses mutable memory). Loads from shared inputs (``load_tile_like``, partitions of a
+``tc.Tensor``) take no token: they are free to reorder (the paper's ``&``/``&mut`` distinction).
+
+Facts (``facts=``): what the launcher knows about the arguments, as ``assume`` ops
+----------------------------------------------------------------------------------
+A mapping ``{param name: {key: value}}``; every key is optional:
+
+* tensor-like params (``tensor``, ``mut_tensor``, ``mapped``):
+  ``ptr_align`` (int, power of two: the address is divisible by this many bytes),
+  ``dims_div`` / ``strides_div`` (tuple, one entry per dim: a power of two dividing the dim /
+  stride, or None), ``strides`` (tuple: the exact stride in elements, or None; a known stride,
+  typically the innermost ``1``, becomes static in the tensor view and the passed value is
+  ignored).
+* ``pointer`` params: ``ptr_align``.
+* integer ``scalar`` params: ``div_by`` (power of two), ``bounds`` (``(lo, hi)``, inclusive,
+  either None).
+
+Dims are always assumed ``>= 0``. :func:`normalize_facts` turns facts into a canonical tuple
+of tuples (hashable, order-independent) for the specialization/cache key; ``lower_kernel``
+accepts either form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
+
+from ...compiler.ir import KernelIR, KernelParam
+from ...compiler.types import MappedPartitionType, TensorViewType
+from ...dtypes import DType
+from ...errors import CompileError
+from . import lower_arith, lower_control, lower_memory, lower_tile  # noqa: F401 (registration)
+from ._builder_core import Value
+from ._lower_context import PADDING, LoweringContext, TensorArg, memory_type, scalar_type
+from ._lower_context import source_location
+from .attributes import Bounded, DivBy
+from .bytecode import ModuleBuilder
+from .enums import ComparisonPredicate, Signedness
+from .lower_memory import view_requests
+from .types import I8, I32, PointerType, TileType
+
+__all__ = ["lower_kernel", "abi_signature", "AbiArg", "normalize_facts", "Facts"]
+
+#: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
+Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+
+_TENSOR_KINDS = ("tensor", "mut_tensor", "mapped")
+_FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides"),
+              "pointer": ("ptr_align",), "scalar": ("div_by", "bounds")}
+
+
+class AbiArg(NamedTuple):
+    """One flattened entry parameter: kernel parameter ``param``, ``component`` (``"ptr"``,
+    ``"dim<i>"``, ``"stride<i>"`` or ``"value"``) and ``dtype`` (``"ptr"`` for an 8-byte
+    device address, else a tilesafe dtype short name such as ``"i32"`` or ``"bool"``)."""
+
+    param: str
+    component: str
+    dtype: str
+
+
+def _rank(p: KernelParam) -> int:
+    t = p.value.type
+    if isinstance(t, MappedPartitionType):
+        return len(t.tile_shape)
+    return len(t.shape)
+
+
+def abi_signature(kernel: KernelIR) -> list[AbiArg]:
+    """The flattened entry-parameter list of ``kernel`` (see the module docstring)."""
+    out: list[AbiArg] = []
+    for p in kernel.params:
+        if p.kind in _TENSOR_KINDS:
+            rank = _rank(p)
+            out.append(AbiArg(p.name, "ptr", "ptr"))
+            out += [AbiArg(p.name, f"dim{i}", "i32") for i in range(rank)]
+            out += [AbiArg(p.name, f"stride{i}", "i32") for i in range(rank)]
+        elif p.kind == "pointer":
+            out.append(AbiArg(p.name, "ptr", "ptr"))
+        elif p.kind == "scalar":
+            out.append(AbiArg(p.name, "value", p.value.type.dtype.short))
+        else:
+            raise CompileError(f"parameter '{p.name}' has an unknown kind {p.kind!r}",
+                               kernel.location, kernel=kernel.name)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# facts
+
+
+def _fact_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(None if v is None else int(v) for v in value)
+    return None if value is None else int(value)
+
+
+def normalize_facts(facts: Union[None, Mapping[str, Mapping[str, Any]], Facts]) -> Facts:
+    """Canonical, hashable form of ``facts`` (a mapping or an already normalized tuple)."""
+    if not facts:
+        return ()
+    items = facts.items() if isinstance(facts, Mapping) else facts
+    out = []
+    for name, entries in items:
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        out.append((str(name), tuple(sorted((str(k), _fact_value(v)) for k, v in pairs))))
+    return tuple(sorted(out))
+
+
+def _check_facts(kernel: KernelIR, facts: Facts) -> dict[str, dict[str, Any]]:
+    params = {p.name: p for p in kernel.params}
+    checked: dict[str, dict[str, Any]] = {}
+    for name, entries in facts:
+        p = params.get(name)
+        if p is None:
+            raise CompileError(f"facts name '{name}', which is not a runtime parameter of the "
+                               "kernel", kernel.location, kernel=kernel.name)
+        family = "tensor" if p.kind in _TENSOR_KINDS else p.kind
+        allowed = _FACT_KEYS.get(family, ())
+        for key, value in entries:
+            if key not in allowed:
+                raise CompileError(f"fact '{key}' does not apply to the {p.kind} parameter "
+                                   f"'{name}' (allowed: {', '.join(allowed) or 'none'})",
+                                   kernel.location, kernel=kernel.name)
+            if key in ("dims_div", "strides_div", "strides") and len(value) != _rank(p):
+                raise CompileError(f"fact '{key}' of '{name}' needs {_rank(p)} entries, got "
+                                   f"{len(value)}", kernel.location, kernel=kernel.name)
+        checked[name] = dict(entries)
+    return checked
+
+
+def _div_by(lw: LoweringContext, value: Value, divisor: Optional[int]) -> Value:
+    if divisor is None or divisor <= 1:
+        return value
+    return lw.fn.assume(value, DivBy(int(divisor)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry prelude
+
+
+def _param_types(kernel: KernelIR) -> list[TileType]:
+    types = []
+    dtypes = {p.name: p.value.type.dtype for p in kernel.params}
+    for arg in abi_signature(kernel):
+        dtype: DType = dtypes[arg.param]
+        if arg.dtype == "ptr":
+            types.append(TileType(PointerType(memory_type(dtype))))
+        elif arg.component == "value":
+            types.append(TileType(I8 if dtype.is_bool else scalar_type(dtype)))
+        else:
+            types.append(TileType(I32))
+    return types
+
+
+def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
+    fn = lw.fn
+    entry_values = iter(fn.params)
+    for p in lw.kernel.params:
+        fact = facts.get(p.name, {})
+        t = p.value.type
+        if p.kind == "scalar":
+            value = next(entry_values)
+            if t.dtype.is_bool:
+                value = fn.cmpi(ComparisonPredicate.NE, value, fn.constant(0, TileType(I8)),
+                                signedness=Signedness.UNSIGNED)
+            elif t.dtype.is_int:
+                value = _div_by(lw, value, fact.get("div_by"))
+                lo, hi = fact.get("bounds") or (None, None)
+                if lo is not None or hi is not None:
+                    value = fn.assume(value, Bounded(lo, hi))
+            lw.set(p.value, value)
+            continue
+        ptr = _div_by(lw, next(entry_values), fact.get("ptr_align"))
+        if p.kind == "pointer":
+            lw.set(p.value, ptr)
+            continue
+        rank = _rank(p)
+        raw_dims = [next(entry_values) for _ in range(rank)]
+        raw_strides = [next(entry_values) for _ in range(rank)]
+        static = (t.shape if isinstance(t, TensorViewType) and not t.mutable else (None,) * rank)
+        dims_div = fact.get("dims_div") or (None,) * rank
+        dims: list[Union[int, Value]] = []
+        for dim, known, div in zip(raw_dims, static, dims_div):
+            if known is not None:
+                dims.append(int(known))
+            else:
+                dims.append(_div_by(lw, fn.assume(dim, Bounded(0, None)), div))
+        exact = fact.get("strides") or (None,) * rank
+        strides_div = fact.get("strides_div") or (None,) * rank
+        strides: list[Union[int, Value]] = [
+            int(known) if known is not None else _div_by(lw, stride, div)
+            for stride, known, div in zip(raw_strides, exact, strides_div)]
+        lw.set(p.value, TensorArg(p.name, t.dtype, ptr, dims, strides))
+
+
+def _make_views(lw: LoweringContext) -> None:
+    """The tensor and partition views every op needs, made once at entry."""
+    for op in lw.kernel.walk():
+        for value, tile_shape, padding in view_requests(op):
+            tensor: TensorArg = lw.get(value)
+            key = (tuple(tile_shape), padding)
+            if key in tensor.partitions:
+                continue
+            if tensor.view is None:
+                tensor.view = lw.fn.make_tensor_view(tensor.ptr, tensor.dims, tensor.strides)
+            tensor.partitions[key] = lw.fn.make_partition_view(tensor.view, tile_shape,
+                                                               padding=PADDING[padding])
+
+
+def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
+                 hints: Optional[Mapping[str, Mapping[str, int]]] = None,
+                 facts: Union[None, Mapping[str, Mapping[str, Any]], Facts] = None,
+                 debug: bool = True, inbounds: Optional[bool] = None) -> bytes:
+    """The Tile IR bytecode of ``kernel``.
+
+    Args:
+        version: bytecode version, ``(13, 3)`` or ``(13, 4)`` (13.4 carries ``inbounds``).
+        hints: kernel hints keyed by architecture (``{"sm_90": {"num_cta_in_cga": 2}}``, see
+            ``tilesafe.kernel.KNOWN_HINTS``), written as the entry's optimization hints.
+        facts: argument facts turned into ``assume`` ops (module docstring).
+        debug: attach each op's source location (file, line, column) so tileiras errors and
+            ``--lineinfo`` point at the kernel's source.
+        inbounds: promise that view accesses are in bounds (no edge masking/padding). Default
+            False for every kernel, unchecked ones included: edge tiles stay masked.
+    """
+    version = tuple(version)
+    if inbounds is None:
+        # Edge tiles stay masked even in unchecked kernels (tileiras 13.4 rejected the
+        # promise on partial edge tiles), so both flavours compute the same thing.
+        inbounds = False
+    checked_facts = _check_facts(kernel, normalize_facts(facts))
+    module = ModuleBuilder(version, producer="tilesafe" if version >= (13, 3) else None)
+    location = source_location(kernel.location) if debug else None
+    try:
+        fn = module.entry(kernel.name, _param_types(kernel),
+                          hints={k: dict(v) for k, v in hints.items()} if hints else None,
+                          location=location)
+    except ValueError as err:
+        raise CompileError(f"cannot compile for the GPU: {err}", kernel.location,
+                           kernel=kernel.name) from None
+    lw = LoweringContext(kernel, module, fn, inbounds=bool(inbounds), debug=location is not None)
+    ops = list(kernel.walk())
+    names = {op.name for op in ops}
+    _bind_params(lw, checked_facts)
+    if any(lw.needs_token(op) for op in ops):
+        lw.token = fn.make_token()
+    if names & {"tile_block_id", "mut_load", "mut_store", "load_like"}:
+        lw.block_ids = fn.get_tile_block_id()
+    if "num_tile_blocks" in names:
+        lw.num_blocks = fn.get_num_tile_blocks()
+    _make_views(lw)
+    lw.lower_block(kernel.body)
+    if lw.debug:
+        fn.set_location(None)
+    fn.return_()
+    return module.to_bytes()
+

@@ -1,0 +1,298 @@
+"""Tile IR lowerings of the memory ops (``compiler/ops/memory.py`` and ``mapped.py``): grid
+queries, tensor shapes, the owned sub-tensor, shared loads, partitions, mapped partitions and
+raw pointers.
+
+Views: every tensor-like parameter gets one tensor view, and every (parameter, tile shape,
+padding) that an op needs one partition view, all made at the kernel's entry (see
+:func:`view_requests`); the ops index them with tile coordinates. Loads past the tensor's edge
+read the partition's padding and stores past it are masked: that is what a bounds-checked
+(``inbounds`` false) view access does. Grid axis ``i`` indexes partition axis ``i``.
+
+Ordering: accesses through mutable views (``mut_load``/``mut_store``, ``mapped_load``/
+``mapped_store``, ``ptr_load``/``ptr_store``) take the current token of the chain and make the
+next one; shared loads (``load_like``, ``partition_load``) take no token.
+
+Bool tensors are bytes in memory (0/1): loads compare the byte with 0, stores write 0 or 1.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ... import dtypes as dt
+from ...compiler.ir import Operation
+from ...compiler.ir import Value as IRValue
+from ...compiler.types import MappedPartitionType
+from ...dtypes import DType
+from ._builder_core import Value
+from ._lower_context import LoweringContext, PartitionArg, TensorArg, lowers, memory_type
+from .enums import ComparisonPredicate, RoundingMode, Signedness
+from .types import I32, I64, TileType
+
+__all__ = ["view_requests"]
+
+SIGNED = Signedness.SIGNED
+
+
+# ---------------------------------------------------------------------------------------------
+# the partition views each op needs (made at entry by the driver)
+
+
+def view_requests(op: Operation) -> list[tuple[IRValue, tuple[int, ...], str]]:
+    """``(tensor parameter, tile shape, padding)`` of each partition view ``op`` uses."""
+    name, operands = op.name, op.operands
+    if name in ("mut_load", "mut_store"):
+        z = operands[0]
+        return [(z, tuple(z.type.shape), "zero")]
+    if name == "load_like":
+        x, z = operands
+        return [(x, tuple(z.type.shape), op.attrs["padding"])]
+    if name == "make_partition":
+        return [(operands[0], tuple(op.attrs["tile_shape"]), op.attrs["padding"])]
+    if name in ("mapped_load", "mapped_store"):
+        z = operands[0]
+        return [(z, tuple(z.type.tile_shape), "zero")]
+    return []
+
+
+def _view(lw: LoweringContext, tensor: TensorArg, tile_shape: Sequence[int],
+          padding: str) -> Value:
+    return tensor.partitions[(tuple(tile_shape), padding)]
+
+
+# ---------------------------------------------------------------------------------------------
+# loads and stores of partition views
+
+
+def load_view(lw: LoweringContext, view: Value, indices: Sequence[Value], dtype: DType, *,
+              ordered: bool) -> Value:
+    """Load a tile through a partition view (bounds-checked unless the kernel is unchecked);
+    ``ordered`` accesses join the token chain."""
+    tile, token = lw.fn.load_view_tko(view, list(indices),
+                                      token=lw.token if ordered else None,
+                                      inbounds=[lw.inbounds] * len(indices))
+    if ordered:
+        lw.token = token
+    if dtype.is_bool:
+        tile = lw.fn.cmpi(ComparisonPredicate.NE, tile, lw.like(0, dt.int8, tile),
+                          signedness=Signedness.UNSIGNED)
+    return tile
+
+
+def store_view(lw: LoweringContext, tile: Value, view: Value, indices: Sequence[Value],
+               dtype: DType) -> None:
+    """Store a tile through a partition view (masked at the edge), in the token chain."""
+    if dtype.is_bool:
+        tile = lw.fn.select(tile, lw.like(1, dt.int8, tile), lw.like(0, dt.int8, tile))
+    lw.token = lw.fn.store_view_tko(tile, view, list(indices), token=lw.token,
+                                    inbounds=[lw.inbounds] * len(indices))
+
+
+# ---------------------------------------------------------------------------------------------
+# grid and shapes
+
+
+@lowers("tile_block_id")
+def lower_tile_block_id(lw: LoweringContext, op: Operation) -> None:
+    lw.set_result(op, lw.block_ids[op.attrs["axis"]])
+
+
+@lowers("num_tile_blocks")
+def lower_num_tile_blocks(lw: LoweringContext, op: Operation) -> None:
+    lw.set_result(op, lw.num_blocks[op.attrs["axis"]])
+
+
+def _dim(lw: LoweringContext, tensor: TensorArg, axis: int) -> Value:
+    dim = tensor.dims[axis]
+    return lw.i32(dim) if isinstance(dim, int) else dim
+
+
+@lowers("tensor_dim")
+def lower_tensor_dim(lw: LoweringContext, op: Operation) -> None:
+    (x,) = lw.operands(op)
+    lw.set_result(op, _dim(lw, x, op.attrs["axis"]))
+
+
+def tile_count(lw: LoweringContext, tensor: TensorArg, axis: int, tile: int) -> Value:
+    """``ceil(dim / tile)`` as i32 (folded when the dim is static)."""
+    dim = tensor.dims[axis]
+    if isinstance(dim, int):
+        return lw.i32(-(-dim // tile))
+    if tile == 1:
+        return dim
+    return lw.fn.divi(dim, lw.i32(tile), signedness=SIGNED, rounding=RoundingMode.POSITIVE_INF)
+
+
+@lowers("num_tiles")
+def lower_num_tiles(lw: LoweringContext, op: Operation) -> None:
+    (p,) = lw.operands(op)
+    axis = op.attrs["axis"]
+    lw.set_result(op, tile_count(lw, p.tensor, axis, p.tile_shape[axis]))
+
+
+# ---------------------------------------------------------------------------------------------
+# the owned sub-tensor and shared tensors
+
+
+def _own_index(lw: LoweringContext, rank: int) -> list[Value]:
+    return list(lw.block_ids[:rank])
+
+
+@lowers("mut_load")
+def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
+    (z,) = lw.operands(op)
+    shape = tuple(op.operands[0].type.shape)
+    view = _view(lw, z, shape, "zero")
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype, ordered=True))
+
+
+@lowers("mut_store")
+def lower_mut_store(lw: LoweringContext, op: Operation) -> None:
+    z, tile = lw.operands(op)
+    shape = tuple(op.operands[0].type.shape)
+    store_view(lw, tile, _view(lw, z, shape, "zero"), _own_index(lw, len(shape)), z.dtype)
+
+
+@lowers("load_like")
+def lower_load_like(lw: LoweringContext, op: Operation) -> None:
+    x, _ = lw.operands(op)
+    shape = tuple(op.operands[1].type.shape)
+    view = _view(lw, x, shape, op.attrs["padding"])
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype, ordered=False))
+
+
+@lowers("make_partition")
+def lower_make_partition(lw: LoweringContext, op: Operation) -> None:
+    (x,) = lw.operands(op)
+    shape = tuple(op.attrs["tile_shape"])
+    lw.set_result(op, PartitionArg(x, _view(lw, x, shape, op.attrs["padding"]), shape))
+
+
+@lowers("partition_load")
+def lower_partition_load(lw: LoweringContext, op: Operation) -> None:
+    p, *index = lw.operands(op)
+    indices = [lw.index_i32(v, ir.type.dtype) for v, ir in zip(index, op.operands[1:])]
+    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype, ordered=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# mapped partitions
+
+
+@lowers("mapped_count")
+def lower_mapped_count(lw: LoweringContext, op: Operation) -> None:
+    (z,) = lw.operands(op)
+    zt: MappedPartitionType = op.operands[0].type
+    count: Optional[Value] = None
+    for axis, tile in enumerate(zt.tile_shape):
+        n = tile_count(lw, z, axis, tile)
+        count = n if count is None else lw.fn.muli(count, n)
+    lw.set_result(op, count)
+
+
+@lowers("mapped_index")
+def lower_mapped_index(lw: LoweringContext, op: Operation) -> None:
+    """Tile id -> tile coordinates: ``compiler/ops/mapped.py::mapped_coords`` in i32 (every
+    quantity is non-negative, so signed division rounding to zero is floor division)."""
+    z, tile_id = lw.operands(op)
+    zt: MappedPartitionType = op.operands[0].type
+    fn = lw.fn
+    t = lw.index_i32(tile_id, op.operands[1].type.dtype)
+    grid = [tile_count(lw, z, axis, tile) for axis, tile in enumerate(zt.tile_shape)]
+    if len(grid) == 1:
+        lw.set_result(op, (t,))
+        return
+
+    def div(a: Value, b: Value) -> Value:
+        return fn.divi(a, b, signedness=SIGNED, rounding=RoundingMode.ZERO)
+
+    def rem(a: Value, b: Value) -> Value:
+        return fn.remi(a, b, signedness=SIGNED)
+
+    n_m, n_n = grid[-2], grid[-1]
+    lead = None
+    if len(grid) == 3:
+        per_plane = fn.muli(n_m, n_n)
+        lead, t = div(t, per_plane), rem(t, per_plane)
+    gm, gn = lw.i32(zt.map_shape[-2]), lw.i32(zt.map_shape[-1])
+    band = fn.muli(gm, n_n)
+    group = div(t, band)
+    first_m = fn.muli(group, gm)
+    rows = fn.mini(fn.subi(n_m, first_m), gm, signedness=SIGNED)
+    in_band = fn.subi(t, fn.muli(group, band))
+    cap = fn.muli(rows, gn)
+    within = rem(in_band, cap)
+    n = fn.addi(fn.muli(div(in_band, cap), gn), div(within, rows))
+    m = fn.addi(first_m, rem(within, rows))
+    lw.set_result(op, (m, n) if lead is None else (lead, m, n))
+
+
+@lowers("index_coord")
+def lower_index_coord(lw: LoweringContext, op: Operation) -> None:
+    (index,) = lw.operands(op)
+    lw.set_result(op, index[op.attrs["axis"]])
+
+
+@lowers("mapped_load")
+def lower_mapped_load(lw: LoweringContext, op: Operation) -> None:
+    z, index = lw.operands(op)
+    view = _view(lw, z, tuple(op.operands[0].type.tile_shape), "zero")
+    lw.set_result(op, load_view(lw, view, index, z.dtype, ordered=True))
+
+
+@lowers("mapped_store")
+def lower_mapped_store(lw: LoweringContext, op: Operation) -> None:
+    z, tile, index = lw.operands(op)
+    view = _view(lw, z, tuple(op.operands[0].type.tile_shape), "zero")
+    store_view(lw, tile, view, index, z.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# raw pointers
+
+
+def _pointers(lw: LoweringContext, base: Value, offsets: Value, dtype: DType) -> Value:
+    """A tile of pointers ``base + offsets`` (offsets in elements, of any integer dtype)."""
+    fn = lw.fn
+    bits = offsets.type.element.bits
+    if bits < 32:
+        offsets = fn.exti(offsets, I32, signedness=SIGNED if dtype.is_signed
+                          else Signedness.UNSIGNED)
+    elif bits == 32 and not dtype.is_signed:
+        offsets = fn.exti(offsets, I64, signedness=Signedness.UNSIGNED)
+    shape = offsets.type.shape
+    if shape:
+        base = fn.broadcast(fn.reshape(base, (1,) * len(shape)), shape)
+    return fn.offset(base, offsets)
+
+
+@lowers("ptr_load")
+def lower_ptr_load(lw: LoweringContext, op: Operation) -> None:
+    """Gather ``ptr[offsets]``; masked-off lanes read ``padding`` and touch no memory."""
+    ptr, offsets, *rest = lw.operands(op)
+    dtype: DType = op.operands[0].type.dtype
+    pointers = _pointers(lw, ptr, offsets, op.operands[1].type.dtype)
+    mask = rest[0] if rest else None
+    padding = None
+    if mask is not None:
+        value = op.attrs.get("padding", 0)
+        padding = (lw.fn.constant(int(bool(value)), TileType(memory_type(dtype), mask.type.shape))
+                   if dtype.is_bool else lw.like(value, dtype, mask))
+    tile, lw.token = lw.fn.load_ptr_tko(pointers, mask=mask, padding=padding, token=lw.token)
+    if dtype.is_bool:
+        tile = lw.fn.cmpi(ComparisonPredicate.NE, tile, lw.like(0, dt.int8, tile),
+                          signedness=Signedness.UNSIGNED)
+    lw.set_result(op, tile)
+
+
+@lowers("ptr_store")
+def lower_ptr_store(lw: LoweringContext, op: Operation) -> None:
+    """Scatter ``value`` to ``ptr[offsets]`` where ``mask`` is true."""
+    ptr, offsets, value, *rest = lw.operands(op)
+    dtype: DType = op.operands[0].type.dtype
+    pointers = _pointers(lw, ptr, offsets, op.operands[1].type.dtype)
+    if dtype.is_bool:
+        value = lw.fn.select(value, lw.like(1, dt.int8, value), lw.like(0, dt.int8, value))
+    lw.token = lw.fn.store_ptr_tko(pointers, value, mask=rest[0] if rest else None,
+                                   token=lw.token)
+
