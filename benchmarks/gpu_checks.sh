@@ -18,9 +18,9 @@ if [ "$stage" = all ] || [ "$stage" = gpu ]; then
     | tee "$OUT/gpu_tests.log"
 fi
 if [ "$stage" = all ] || [ "$stage" = suite ]; then
-  TILESAFE_DEVICE=cuda:0 timeout 400 python3 -m pytest tests -q -p no:cacheprovider -rf \
-    --ignore=tests/gpu --ignore=tests/tileir 2>&1 | tail -120 > "$OUT/suite_on_cuda.log"
-  tail -3 "$OUT/suite_on_cuda.log"
+  TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -q -p no:cacheprovider -rf \
+    -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$OUT/suite_on_cuda.log" 2>&1
+  grep -E "^FAILED|^ERROR| passed| failed" "$OUT/suite_on_cuda.log" | cut -c1-160 | tail -45
 fi
 if [ "$stage" = all ] || [ "$stage" = modes ]; then
   timeout 200 python3 benchmarks/execution_modes.py --device cuda:0 --out "$OUT" 2>&1 \

@@ -90,6 +90,7 @@ class Kernel:
         self._ir_cache: dict[Specialization, KernelIR] = {}
         self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
         self._gpu_cache: dict[Any, Any] = {}
+        self._plans: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self.compile_count = 0
         self.launch_count = 0
@@ -128,6 +129,17 @@ class Kernel:
                     self._cache[spec] = entry
                     self.compile_count += 1
         return entry
+
+    def _launch_gpu(self, prepared: PreparedLaunch, stream: Stream) -> None:
+        """Enqueue on a GPU stream; a reused launch plan keeps its executable and packed
+        arguments, so a repeated launch does no compilation lookup and no packing."""
+        from .runtime import cuda
+        cached = prepared.plan.backend if prepared.plan is not None else {}
+        if "packed" not in cached:
+            exe = self._gpu_executable(prepared)
+            cached["handle"] = exe.handle
+            cached["packed"] = exe.pack(prepared.args, self.params)
+        cuda.launch(stream.native, cached["handle"], prepared.grid, cached["packed"])
 
     def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
         """The loaded cubin for a launch's specialization and device (single-flight, cached
@@ -209,9 +221,12 @@ class Kernel:
         try:
             if prepared.device.kind == "cpu":
                 _, executable = self._compiled(prepared.specialization)
-                executable.run(interp_bindings(self.params, prepared.args), prepared.grid)
+                cached = prepared.plan.backend if prepared.plan is not None else {}
+                if "bindings" not in cached:
+                    cached["bindings"] = interp_bindings(self.params, prepared.args)
+                executable.run(cached["bindings"], prepared.grid)
             else:
-                self._gpu_executable(prepared).launch(prepared, self.params, stream)
+                self._launch_gpu(prepared, stream)
             self.launch_count += 1
         finally:
             results = recover(prepared, stream)

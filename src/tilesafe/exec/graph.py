@@ -103,15 +103,18 @@ class CudaGraph:
         replay checks and borrows every argument once, then launches the whole graph."""
         from ..runtime import cuda
         from ..runtime.launch import borrow_for_replay
-        if self._captured is None or self._captured[0] is not stream:
+        if self._captured is None:
             builder = cuda.graph_builder(stream.native)
             for node in self.nodes:
                 node.capture(builder)
-            self._captured = (stream, cuda.finish_graph(builder))
-        loans = borrow_for_replay([(n.kernel, n.args) for n in self.nodes],
-                                  f"a replay of a graph of {len(self.nodes)} node(s)",
+            distinct = {}
+            for n in self.nodes:  # one representative launch per distinct argument tuple
+                distinct.setdefault(tuple(map(id, n.args)), (n.kernel, n.args))
+            self._captured = (cuda.finish_graph(builder), list(distinct.values()))
+        graph, launches = self._captured
+        loans = borrow_for_replay(launches, f"a replay of a graph of {len(self.nodes)} node(s)",
                                   self.nodes[0].where, stream)
-        self._captured[1].launch(stream.native)
+        graph.launch(stream.native)
         stream.on_complete(loans, [], self.nodes[0].where)
         for node in self.nodes:
             node.kernel.launch_count += 1

@@ -32,14 +32,15 @@ class KernelNode:
         """Add this launch to a CUDA graph being built (no loans: replays take them)."""
         from ..runtime import cuda
         k = self.kernel
-        prepared = prepare(k.name, k.params, list(self.args), self.grid, self.where, lend=False)
+        prepared = prepare(k.name, k.params, self.args, self.grid, self.where, lend=False,
+                           plans=k._plans)
         exe = k._gpu_executable(prepared)
         cuda.launch(builder, exe.handle, prepared.grid, exe.pack(prepared.args, k.params))
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
-        prepared = prepare(k.name, k.params, list(self.args), self.grid, self.where,
-                           stream=stream)
+        prepared = prepare(k.name, k.params, self.args, self.grid, self.where,
+                           stream=stream, plans=k._plans)
         k._run_prepared(prepared, stream)
 
     def compatible(self, other: Any) -> Optional[str]:
@@ -64,8 +65,8 @@ class LaunchOp(DeviceOp[tuple]):
         self._early: Optional[PreparedLaunch] = None
         self._finalizer = None
         if not any(isinstance(a, DeviceOp) for a in args):
-            self._early = prepare(kernel.name, kernel.params, list(args), grid, where,
-                                  stream=current_stream())
+            self._early = prepare(kernel.name, kernel.params, args, grid, where,
+                                  stream=current_stream(), plans=kernel._plans)
             self.device = self._early.device
             # an op dropped without being driven gives its loans back
             self._finalizer = weakref.finalize(self, release_all, self._early.loans)
@@ -78,8 +79,9 @@ class LaunchOp(DeviceOp[tuple]):
         if self._finalizer is not None:
             self._finalizer.detach()  # from now on the stream's completion releases the loans
         prepared = self._early or prepare(k.name, k.params,
-                                          [resolve(a, stream) for a in self._args],
-                                          self._grid, self._where, stream=stream)
+                                          tuple(resolve(a, stream) for a in self._args),
+                                          self._grid, self._where, stream=stream,
+                                          plans=k._plans)
         return k._run_prepared(prepared, stream)
 
     def graph_nodes(self) -> Optional[list]:

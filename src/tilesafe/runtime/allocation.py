@@ -114,6 +114,19 @@ class Allocation:
             pass  # already released
 
 
+_EPOCH = [0]
+
+
+def ownership_epoch() -> int:
+    """A counter bumped by every move, spend and sharing of a tensor or partition: launch plans
+    validated at one epoch stay valid while it is unchanged."""
+    return _EPOCH[0]
+
+
+def bump_ownership_epoch() -> None:
+    _EPOCH[0] += 1
+
+
 def release_all(loans: list[Loan]) -> None:
     """Release every loan in ``loans`` (idempotent) and empty the list."""
     for loan in loans:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import Location, MovedError, PartitionError
 from .._callsite import caller_location
+from .allocation import bump_ownership_epoch
 from .tensor import Tensor
 
 
@@ -79,6 +80,7 @@ class Partition:
     def _spend(self, why: str, where: Location) -> None:
         self._spent_at = where
         self._spent_why = why
+        bump_ownership_epoch()
 
     def unpartition(self) -> Tensor:
         """End the partition and return the whole tensor (the partition is consumed).

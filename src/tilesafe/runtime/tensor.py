@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import BorrowError, Location, MovedError
-from .allocation import Allocation
+from .allocation import Allocation, bump_ownership_epoch
 from .._callsite import caller_location
 from .device import Device
 
@@ -161,6 +161,7 @@ class Tensor:
     def _move(self, where: Location, action: str) -> None:
         self._check_access(action, write=True)
         self._moved_at = where
+        bump_ownership_epoch()
 
     # -- data -----------------------------------------------------------------------------
     def _array(self) -> np.ndarray:
