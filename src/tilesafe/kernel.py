@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import functools
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .backends.interp import InterpretedKernel, compile_kernel
@@ -26,6 +27,13 @@ from ._callsite import caller_location
 from .runtime.launch import PreparedLaunch, interp_bindings, prepare, recover
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
+_LIVE_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+
+
+def live_kernels() -> list["Kernel"]:
+    """Every kernel object alive in this process (the test suite compiles each one's
+    specializations for a GPU target)."""
+    return list(_LIVE_KERNELS)
 
 KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
 
@@ -91,6 +99,7 @@ class Kernel:
         self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
         self._gpu_cache: dict[Any, Any] = {}
         self._plans: dict[Any, Any] = {}
+        _LIVE_KERNELS.add(self)
         self._lock = threading.Lock()
         self.compile_count = 0
         self.launch_count = 0

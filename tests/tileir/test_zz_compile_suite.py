@@ -1,0 +1,46 @@
+"""Every kernel the test suite compiled for the interpreter also compiles, through the real
+tileiras, to an sm_90 cubin, for every specialization the tests used.
+
+This module runs after the rest of the suite (pytest collects ``tests/tileir`` last), so
+``live_kernels()`` holds the suite's kernels with the specializations they were compiled for.
+A failure names the kernel, its specialization and tileiras' message (with the op's line)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import pytest
+
+from tilesafe.kernel import live_kernels
+
+tileiras = pytest.importorskip("tilesafe.backends.tileir.tileiras")
+
+
+def _tool_or_skip():
+    try:
+        return tileiras.find_tileiras()
+    except Exception as err:  # not installed here: the rest of the suite still ran
+        pytest.skip(f"tileiras not available: {err}")
+
+
+def test_every_specialization_of_the_suite_compiles_for_sm_90(tmp_path, monkeypatch):
+    _tool_or_skip()
+    from tilesafe.backends.tileir import jit
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path))
+    jobs = [(k, spec, ir) for k in live_kernels() for spec, ir in list(k._ir_cache.items())]
+    assert len(jobs) > 100, "the suite should have compiled many specializations before this"
+
+    def build(job):
+        kernel, spec, ir = job
+        try:
+            jit.cubin_for(ir, "sm_90", hints=kernel.hints)
+            return None
+        except Exception as err:
+            return f"{kernel.name} [{spec.describe()}]: {err}"
+
+    workers = max(2, os.cpu_count() or 2)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        failures = [f for f in pool.map(build, jobs) if f]
+    print(f"compiled {len(jobs)} specializations of {len({id(j[0]) for j in jobs})} kernels")
+    assert not failures, "\n\n".join(failures[:10])
