@@ -868,3 +868,33 @@ def test_mapped_schedule_on_the_model(tile_shape, map_shape):
                 lw, Operation("mapped_index", (z, t), (idx,), {}, None))
             coords.append(tuple(int(c.data) for c in lw.get(idx)))
         assert coords == [mapped_coords(i, grid, map_shape) for i in range(total)]
+
+
+@ts.kernel
+def hinted_copy(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
+    z.store(tc.load_tile_like(x, z, latency=3, allow_tma=False) + z.load(latency=2),
+            allow_tma=True)
+
+
+def test_load_and_store_hints_reach_the_bytecode(disasm_tool, tmp_path):
+    ir = hinted_copy.ir(vec(300).partition(128), vec(300))
+    hints = {op.name: dict(op.attrs.get("hints", ())) for op in ir.walk()}
+    assert hints["load_like"] == {"latency": 3, "allow_tma": False}
+    assert hints["mut_load"] == {"latency": 2} and hints["mut_store"] == {"allow_tma": True}
+    text = disasm(disasm_tool, lower_kernel(ir, debug=False), tmp_path, "h")
+    assert "latency = 3" in text and "allow_tma = false" in text and "allow_tma = true" in text
+
+
+def test_unknown_or_bad_access_hints_are_compile_errors():
+    @ts.kernel
+    def bad_latency(z: tc.MutTensor[tc.f32, "S"]):
+        z.store(z.load(latency=11))
+
+    @ts.kernel
+    def unknown_hint(z: tc.MutTensor[tc.f32, "S"]):
+        z.store(z.load(prefetch=True))
+
+    with pytest.raises(ts.CompileError, match="from 1 to 10"):
+        bad_latency.ir(vec(8).partition(8))
+    with pytest.raises(ts.CompileError, match="prefetch"):
+        unknown_hint.ir(vec(8).partition(8))

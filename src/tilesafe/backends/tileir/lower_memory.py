@@ -64,13 +64,19 @@ def _view(lw: LoweringContext, tensor: TensorArg, tile_shape: Sequence[int],
 # loads and stores of partition views
 
 
+def access_hints(op: Operation) -> Optional[dict]:
+    """The op's ``latency`` / ``allow_tma`` hints as Tile IR load/store hints (all archs)."""
+    hints = op.attrs.get("hints")
+    return {"default": dict(hints)} if hints else None
+
+
 def load_view(lw: LoweringContext, view: Value, indices: Sequence[Value], dtype: DType, *,
-              ordered: bool) -> Value:
+              ordered: bool, hints: Optional[dict] = None) -> Value:
     """Load a tile through a partition view (bounds-checked unless the kernel is unchecked);
     ``ordered`` accesses join the token chain."""
     tile, token = lw.fn.load_view_tko(view, list(indices),
                                       token=lw.token if ordered else None,
-                                      inbounds=[lw.inbounds] * len(indices))
+                                      inbounds=[lw.inbounds] * len(indices), hints=hints)
     if ordered:
         lw.token = token
     if dtype.is_bool:
@@ -80,12 +86,12 @@ def load_view(lw: LoweringContext, view: Value, indices: Sequence[Value], dtype:
 
 
 def store_view(lw: LoweringContext, tile: Value, view: Value, indices: Sequence[Value],
-               dtype: DType) -> None:
+               dtype: DType, hints: Optional[dict] = None) -> None:
     """Store a tile through a partition view (masked at the edge), in the token chain."""
     if dtype.is_bool:
         tile = lw.fn.select(tile, lw.like(1, dt.int8, tile), lw.like(0, dt.int8, tile))
     lw.token = lw.fn.store_view_tko(tile, view, list(indices), token=lw.token,
-                                    inbounds=[lw.inbounds] * len(indices))
+                                    inbounds=[lw.inbounds] * len(indices), hints=hints)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,14 +149,16 @@ def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
     (z,) = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
     view = _view(lw, z, shape, "zero")
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype, ordered=True))
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype, ordered=True,
+                                hints=access_hints(op)))
 
 
 @lowers("mut_store")
 def lower_mut_store(lw: LoweringContext, op: Operation) -> None:
     z, tile = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
-    store_view(lw, tile, _view(lw, z, shape, "zero"), _own_index(lw, len(shape)), z.dtype)
+    store_view(lw, tile, _view(lw, z, shape, "zero"), _own_index(lw, len(shape)), z.dtype,
+               access_hints(op))
 
 
 @lowers("load_like")
@@ -158,7 +166,8 @@ def lower_load_like(lw: LoweringContext, op: Operation) -> None:
     x, _ = lw.operands(op)
     shape = tuple(op.operands[1].type.shape)
     view = _view(lw, x, shape, op.attrs["padding"])
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype, ordered=False))
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype, ordered=False,
+                                hints=access_hints(op)))
 
 
 @lowers("make_partition")
@@ -172,7 +181,8 @@ def lower_make_partition(lw: LoweringContext, op: Operation) -> None:
 def lower_partition_load(lw: LoweringContext, op: Operation) -> None:
     p, *index = lw.operands(op)
     indices = [lw.index_i32(v, ir.type.dtype) for v, ir in zip(index, op.operands[1:])]
-    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype, ordered=False))
+    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype, ordered=False,
+                                hints=access_hints(op)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,14 +247,15 @@ def lower_index_coord(lw: LoweringContext, op: Operation) -> None:
 def lower_mapped_load(lw: LoweringContext, op: Operation) -> None:
     z, index = lw.operands(op)
     view = _view(lw, z, tuple(op.operands[0].type.tile_shape), "zero")
-    lw.set_result(op, load_view(lw, view, index, z.dtype, ordered=True))
+    lw.set_result(op, load_view(lw, view, index, z.dtype, ordered=True,
+                                hints=access_hints(op)))
 
 
 @lowers("mapped_store")
 def lower_mapped_store(lw: LoweringContext, op: Operation) -> None:
     z, tile, index = lw.operands(op)
     view = _view(lw, z, tuple(op.operands[0].type.tile_shape), "zero")
-    store_view(lw, tile, view, index, z.dtype)
+    store_view(lw, tile, view, index, z.dtype, access_hints(op))
 
 
 # ---------------------------------------------------------------------------------------------

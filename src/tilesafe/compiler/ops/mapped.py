@@ -24,7 +24,7 @@ from ..builder import describe
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import MappedPartitionType, PartitionIndexType, TileType
-from .memory import TensorBinding, load_tile, store_tile
+from .memory import TensorBinding, access_hints, load_tile, store_tile
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,8 @@ def _build_iter_indices(b, z):
     return IndexStream(z)
 
 
-def _build_store(b, z, tile, idx=None):
-    """z.store(tile, idx)
+def _build_store(b, z, tile, idx=None, *, latency=None, allow_tma=None):
+    """z.store(tile, idx, *, latency=None, allow_tma=None)
 
     Store ``tile`` at the owned index ``idx`` (from ``z.iter_indices()``; anything else is a
     SafetyError). The tile's dtype must equal the partition's; edge tiles are masked.
@@ -173,15 +173,16 @@ def _build_store(b, z, tile, idx=None):
                       f"partition's {zt.dtype.short}", f"convert first: .astype(tc."
                       f"{zt.dtype.short})")
     (v,) = b.coerce([tile], "store", dtype=zt.dtype)
-    b.emit("mapped_store", (z, b.broadcast_to(v, zt.tile_shape), _index_arg(b, z, idx)))
+    b.emit("mapped_store", (z, b.broadcast_to(v, zt.tile_shape), _index_arg(b, z, idx)),
+           access_hints(b, latency, allow_tma))
 
 
-def _build_load(b, z, idx):
-    """z.load(idx) -> tile
+def _build_load(b, z, idx, *, latency=None, allow_tma=None):
+    """z.load(idx, *, latency=None, allow_tma=None) -> tile
 
     Load the tile at the owned index ``idx`` (from ``z.iter_indices()``).
     """
-    return b.emit1("mapped_load", (z, _index_arg(b, z, idx)))
+    return b.emit1("mapped_load", (z, _index_arg(b, z, idx)), access_hints(b, latency, allow_tma))
 
 
 def _build_coords(b, idx):

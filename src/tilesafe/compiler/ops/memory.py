@@ -201,17 +201,17 @@ class MutTensorBinding(TensorBinding):
     tile_shape: tuple[int, ...] = ()
 
 
-def _build_mut_load(b, z):
-    """z.load() -> tile
+def _build_mut_load(b, z, *, latency=None, allow_tma=None):
+    """z.load(*, latency=None, allow_tma=None) -> tile
 
     Load this tile program's own sub-tensor as a tile of the partition's tile shape (elements
-    past the tensor's edge read as zero).
+    past the tensor's edge read as zero). ``latency``/``allow_tma`` are optimization hints.
     """
-    return b.emit1("mut_load", (z,))
+    return b.emit1("mut_load", (z,), access_hints(b, latency, allow_tma))
 
 
-def _build_mut_store(b, z, tile, *index):
-    """z.store(tile)
+def _build_mut_store(b, z, tile, *index, latency=None, allow_tma=None):
+    """z.store(tile, *, latency=None, allow_tma=None)
 
     Store ``tile`` into this program's own sub-tensor. Its dtype must equal the tensor's; a
     smaller shape or a Python scalar broadcasts. Elements past the tensor's edge are masked.
@@ -236,7 +236,7 @@ def _build_mut_store(b, z, tile, *index):
                           "store a tile of the partition's tile shape (load_tile_like(x, z) "
                           "gives one)")
         v = b.broadcast_to(v, zt.shape)
-    b.emit("mut_store", (z, v))
+    b.emit("mut_store", (z, v), access_hints(b, latency, allow_tma))
 
 
 def _forbid(rule: str, message: str, hint: str):
@@ -264,6 +264,24 @@ builtin("mut_tensor_index", "A MutTensor cannot be indexed or re-partitioned.",
 
 # ---------------------------------------------------------------------------------------------
 # shared tensors: load_tile_like and partitions
+
+
+def access_hints(b, latency, allow_tma) -> dict:
+    """The ``hints`` attribute of a load or store: ``latency`` (1-10, how long the access may
+    take to be hidden) and ``allow_tma`` (whether the tensor memory accelerator may be used);
+    each optional. Any other keyword is a compile error (Python reports it)."""
+    hints = []
+    if latency is not None:
+        if isinstance(latency, bool) or not isinstance(latency, int) or not 1 <= latency <= 10:
+            raise b.error(CompileError, f"latency hint {latency!r} must be an int from 1 to 10",
+                          "e.g. latency=3")
+        hints.append(("latency", latency))
+    if allow_tma is not None:
+        if not isinstance(allow_tma, bool):
+            raise b.error(CompileError, f"allow_tma hint {allow_tma!r} must be True or False",
+                          "e.g. allow_tma=False")
+        hints.append(("allow_tma", allow_tma))
+    return {"hints": tuple(hints)} if hints else {}
 
 
 def _padding_arg(b, padding, dtype: DType) -> str:
@@ -307,19 +325,21 @@ op("load_like", "Load the tile of a tensor at the position and shape of a MutTen
    _load_like_rule, _load_like_eval, effect="read")
 
 
-def _build_load_like(b, x, z, padding=0):
-    """load_tile_like(x, z, padding=0) -> tile
+def _build_load_like(b, x, z, padding=0, *, latency=None, allow_tma=None):
+    """load_tile_like(x, z, padding=0, *, latency=None, allow_tma=None) -> tile
 
     Load from the shared tensor ``x`` the tile that sits where this program's sub-tensor ``z``
     sits: same tile shape, same tile coordinates. Elements past ``x``'s edge read as
-    ``padding`` (0, -0.0, nan, inf or -inf).
+    ``padding`` (0, -0.0, nan, inf or -inf). ``latency`` (1-10) and ``allow_tma`` (bool) are
+    optimization hints for the GPU.
     """
     if not (isinstance(x, Value) and isinstance(x.type, TensorViewType)):
         raise b.error(CompileError, "load_tile_like(x, z): x must be a tensor parameter")
     if not (isinstance(z, Value) and isinstance(z.type, TensorViewType) and z.type.mutable):
         raise b.error(CompileError, "load_tile_like(x, z): z must be a tc.MutTensor parameter",
                       "pass the output sub-tensor whose position and shape to copy")
-    return b.emit1("load_like", (x, z), {"padding": _padding_arg(b, padding, x.type.dtype)})
+    return b.emit1("load_like", (x, z), {"padding": _padding_arg(b, padding, x.type.dtype),
+                                         **access_hints(b, latency, allow_tma)})
 
 
 builtin("load_tile_like", _build_load_like.__doc__, _build_load_like)
@@ -378,8 +398,8 @@ op("partition_load", "Load the tile at tile coordinates ``index`` of a partition
    _partition_load_rule, _partition_load_eval, effect="read")
 
 
-def _build_partition_load(b, p, *index):
-    """p.load(index) -> tile
+def _build_partition_load(b, p, *index, latency=None, allow_tma=None):
+    """p.load(index, *, latency=None, allow_tma=None) -> tile
 
     The tile at tile coordinates ``index`` (one integer per axis, e.g. ``p.load((i, k))`` or
     ``p.load(i, k)``). Elements past the tensor's edge read as the partition's padding; an index
@@ -387,7 +407,8 @@ def _build_partition_load(b, p, *index):
     """
     if len(index) == 1 and isinstance(index[0], tuple):
         index = index[0]
-    return b.emit1("partition_load", (p, *(b.scalar_int(i, "partition index") for i in index)))
+    return b.emit1("partition_load", (p, *(b.scalar_int(i, "partition index") for i in index)),
+                   access_hints(b, latency, allow_tma))
 
 
 builtin("partition_load", _build_partition_load.__doc__, _build_partition_load,
