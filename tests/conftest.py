@@ -22,13 +22,24 @@ def poisoned(shape, dtype=ts.float32):
     return ts.full(shape, value, dtype).sync()
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "interpreter_only(reason): checks a property only the "
+                            "cpu interpreter has (its out-of-bounds diagnostics, correctly "
+                            "rounded transcendentals, cpu memory); skipped when the suite runs "
+                            "on a GPU (TILESAFE_DEVICE=cuda:0)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """tests/gpu runs only where a CUDA device and tileiras are usable."""
-    from tilesafe.runtime.device import probe_gpu
+    """tests/gpu runs only where a CUDA device and tileiras are usable; interpreter_only tests
+    run only when the default device is the cpu."""
+    from tilesafe.runtime.device import default_device, probe_gpu
     probe = probe_gpu()
-    if probe.available and "compile with" in probe.reason:
-        return
-    skip = pytest.mark.skip(reason=f"no usable GPU: {probe.reason}")
+    gpu_usable = probe.available and "compile with" in probe.reason
+    on_gpu = default_device().kind != "cpu"
     for item in items:
-        if "/tests/gpu/" in str(item.fspath).replace("\\", "/"):
-            item.add_marker(skip)
+        if not gpu_usable and "/tests/gpu/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.skip(reason=f"no usable GPU: {probe.reason}"))
+        marker = item.get_closest_marker("interpreter_only")
+        if marker is not None and on_gpu:
+            why = marker.args[0] if marker.args else "interpreter semantics"
+            item.add_marker(pytest.mark.skip(reason=f"interpreter only: {why}"))

@@ -503,6 +503,7 @@ def sharing(total: int, *ranges: tuple[int, int]) -> tuple[np.ndarray, list[Tens
     ((0, 32), (31, 32)),   # one element in common
     ((8, 16), (0, 48)),    # the output inside the input
 ], ids=["same", "partial", "partial-reversed", "one-element", "inside"])
+@pytest.mark.interpreter_only("builds tensors over cpu memory")
 def test_output_overlapping_an_input(z_range, x_range):
     buffer, (zt, xt) = sharing(96, z_range, x_range)
     before = buffer.copy()
@@ -525,6 +526,7 @@ def test_output_overlapping_an_input(z_range, x_range):
     ((32, 32), (0, 32)),   # adjacent, before
     ((0, 32), (64, 32)),   # apart
 ], ids=["adjacent-after", "adjacent-before", "apart"])
+@pytest.mark.interpreter_only("builds tensors over cpu memory")
 def test_output_next_to_an_input_is_accepted(z_range, x_range):
     buffer, (zt, xt) = sharing(96, z_range, x_range)
     buffer[x_range[0]:sum(x_range)] = x_values(32)
@@ -539,6 +541,7 @@ def test_output_next_to_an_input_is_accepted(z_range, x_range):
     assert np.array_equal(xt.numpy(), x_values(32))
 
 
+@pytest.mark.interpreter_only("builds tensors over cpu memory")
 def test_shared_inputs_may_overlap():
     buffer, (xt, yt) = sharing(48, (0, 32), (16, 32))
     buffer[:] = np.arange(48, dtype=np.float32)

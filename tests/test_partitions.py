@@ -272,6 +272,7 @@ def past_the_grid(z: tc.MutTensor[tc.f32, (4, 8)], x: tc.Tensor[tc.f32, (-1, -1)
     z.store(x.partition((4, 8)).load((i + 1, j)))
 
 
+@pytest.mark.interpreter_only("the interpreter's out-of-bounds diagnostics")
 def test_partition_index_outside_the_grid_is_a_runtime_error():
     z = poisoned((8, 8)).partition((4, 8))
     with pytest.raises(KernelRuntimeError) as info:
@@ -332,6 +333,7 @@ def gather_scatter(z: tc.MutTensor[tc.f32, (8,)], src: tc.Ptr[tc.f32], dst: tc.P
     z.store(v)
 
 
+@pytest.mark.interpreter_only("the interpreter's out-of-bounds diagnostics")
 def test_load_ptr_and_store_ptr_with_masks():
     x = np.arange(13, dtype=np.float32) + 0.5
     src, dst = ts.tensor(x).sync(), ts.zeros(13).sync()

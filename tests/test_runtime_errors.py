@@ -12,6 +12,8 @@ import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
+
+pytestmark = pytest.mark.interpreter_only("the interpreter's out-of-bounds diagnostics")
 from tilesafe.errors import KernelRuntimeError, TilesafeError
 
 with open(__file__, encoding="utf-8") as _f:
