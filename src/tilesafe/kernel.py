@@ -151,20 +151,23 @@ class Kernel:
         cuda.launch(stream.native, cached["handle"], prepared.grid, cached["packed"])
 
     def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
-        """The loaded cubin for a launch's specialization and device (single-flight, cached
-        in memory and on disk); ``compile_count`` counts tileiras runs."""
-        key = (prepared.specialization, prepared.device)
+        """The loaded cubin for a launch's specialization, device and argument facts
+        (alignment classes, see ``backends.tileir.facts``), single-flight and cached in
+        memory and on disk; ``compile_count`` counts tileiras runs."""
+        from .backends.tileir import jit
+        from .backends.tileir.facts import launch_facts
+        ir = self._ir(prepared.specialization)
+        facts = launch_facts(ir, self.params, prepared.args)
+        key = (prepared.specialization, prepared.device, facts)
         exe = self._gpu_cache.get(key)
         if exe is None:
             with self._lock:
                 exe = self._gpu_cache.get(key)
                 if exe is None:
-                    from .backends.tileir import jit
-                    ir = self._ir(prepared.specialization)
                     arch = jit.arch_of(prepared.device.index)
 
                     def build(**_):
-                        result = jit.cubin_for(ir, arch, hints=self.hints)
+                        result = jit.cubin_for(ir, arch, hints=self.hints, facts=facts)
                         self.compile_count += int(result.compiled)
                         return result
                     exe = jit.load(ir, self.params, build(), prepared.device.index, build)

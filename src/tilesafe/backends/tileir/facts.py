@@ -1,0 +1,51 @@
+"""Facts the launcher knows about a launch's arguments, for the lowering's ``assume`` ops.
+
+Coarse classes keep the number of specializations small: a base address is either 16-byte
+aligned or not; an extent is divisible by 16 or not; a stride of 1 is known exactly and any
+other stride is known to span a multiple of 16 bytes or not. These are what let tileiras use
+TMA and wide vector accesses. They join the executable's cache key (in memory and, through the
+bytecode, on disk), so a launch with other alignments compiles its own variant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ...compiler.ir import KernelIR
+from ...compiler.signature import ConstSpec, Param
+from ...runtime.partition import MappedPartition, Partition
+from .lower import normalize_facts
+
+ALIGN = 16
+
+
+def _tensor(value: Any):
+    if isinstance(value, MappedPartition):
+        return value.partition._tensor
+    if isinstance(value, Partition):
+        return value._tensor
+    return value
+
+
+def launch_facts(kernel: KernelIR, params: Sequence[Param], args: Sequence[Any]) -> Any:
+    """The normalized facts of one launch (hashable)."""
+    kinds = {p.name: p.kind for p in kernel.params}
+    facts: dict[str, dict[str, Any]] = {}
+    for p, a in zip(params, args):
+        if isinstance(p.spec, ConstSpec) or kinds.get(p.name) in (None, "scalar"):
+            continue
+        t = _tensor(a)
+        item = t.dtype.itemsize
+        address = t._alloc.data.ptr + t._offset * item
+        entry: dict[str, Any] = {}
+        if address % ALIGN == 0:
+            entry["ptr_align"] = ALIGN
+        if kinds[p.name] != "pointer":
+            entry["dims_div"] = tuple(ALIGN if d % ALIGN == 0 and d else None for d in t.shape)
+            entry["strides"] = tuple(1 if s == 1 and d > 1 else None
+                                     for s, d in zip(t.strides, t.shape))
+            per = max(1, ALIGN // item)
+            entry["strides_div"] = tuple(
+                per if s != 1 and (s * item) % ALIGN == 0 and s else None for s in t.strides)
+        facts[p.name] = entry
+    return normalize_facts(facts)
