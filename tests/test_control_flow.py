@@ -91,7 +91,8 @@ def test_loop_bounds_nesting_and_scalar_carries(n, length):
     expected = s * 1000000 + acc * 10000 + nested + neg * 100
     out = z.unpartition().numpy()
     assert (out == np.int32(np.int64(expected).astype(np.int32))).all(), (out, expected)
-    assert loops_k.compile_count == 1  # n and the extent are runtime values
+    if ts.default_device().kind == "cpu":  # GPUs also key on 16-divisibility classes
+        assert loops_k.compile_count == 1  # n and the extent are runtime values
 
 
 @ts.kernel

@@ -259,7 +259,8 @@ def test_num_tiles(shape):
     z, _ = tile_counts(z, ts.zeros(shape, ts.float16)).sync()
     g = grid_of(shape, (2, 4, 8))
     assert (z.unpartition().numpy() == g[0] * 10000 + g[1] * 100 + g[2]).all()
-    assert tile_counts.compile_count == 1
+    if ts.default_device().kind == "cpu":  # GPUs also key on 16-divisibility classes
+        assert tile_counts.compile_count == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ The runtime describes each argument abstractly (:class:`ArgInfo`: a tensor with 
 shape, a partition with its tile shape, a scalar, a constant); :func:`specialize` checks them
 against the signature (dtype, rank, static extents, partition tile shape, rank <= 3) and
 produces the :class:`Specialization` that the front end compiles and the caches key on.
-Dynamic tensor extents are not part of it, so they never cause a recompilation.
+Dynamic tensor extents are not part of it, so they never cause a new front-end compilation (a
+GPU executable is also keyed by coarse alignment classes of the arguments, e.g. whether an
+extent is divisible by 16; see ``backends.tileir.facts``).
 """
 
 from __future__ import annotations
