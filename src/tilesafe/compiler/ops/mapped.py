@@ -24,7 +24,7 @@ from ..builder import describe
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import MappedPartitionType, PartitionIndexType, TileType
-from .memory import TensorBinding, access_hints, load_tile, store_tile
+from .memory import TensorBinding, access_hints, load_tile, store_tile, stored_tile
 
 
 @dataclass(frozen=True)
@@ -166,15 +166,8 @@ def _build_store(b, z, tile, idx=None, *, latency=None, allow_tma=None):
     if idx is None:
         raise b.error(SafetyError, "a mapped partition stores at an index from its "
                       "iter_indices(): z.store(tile, idx)", "iterate z.iter_indices()")
-    zt = z.type
-    if isinstance(tile, Value) and isinstance(tile.type, TileType) \
-            and tile.type.dtype is not zt.dtype:
-        raise b.error(DTypeError, f"store: tile dtype {tile.type.dtype.short} differs from the "
-                      f"partition's {zt.dtype.short}", f"convert first: .astype(tc."
-                      f"{zt.dtype.short})")
-    (v,) = b.coerce([tile], "store", dtype=zt.dtype)
-    b.emit("mapped_store", (z, b.broadcast_to(v, zt.tile_shape), _index_arg(b, z, idx)),
-           access_hints(b, latency, allow_tma))
+    v = stored_tile(b, tile, z.type.dtype, z.type.tile_shape)
+    b.emit("mapped_store", (z, v, _index_arg(b, z, idx)), access_hints(b, latency, allow_tma))
 
 
 def _build_load(b, z, idx, *, latency=None, allow_tma=None):

@@ -222,21 +222,25 @@ def _build_mut_store(b, z, tile, *index, latency=None, allow_tma=None):
                       "program's own sub-tensor", "call z.store(tile) without an index; to let "
                       "one program write several tiles, partition the output and use a mapped "
                       "partition")
-    zt = z.type
-    if isinstance(tile, Value) and isinstance(tile.type, TileType) \
-            and tile.type.dtype is not zt.dtype:
-        raise b.error(DTypeError, f"store: tile dtype {tile.type.dtype.short} differs from the "
-                      f"tensor's {zt.dtype.short}", f"convert first: z.store(t.astype(tc."
-                      f"{zt.dtype.short}))")
-    (v,) = b.coerce([tile], "store", dtype=zt.dtype)
-    if v.type.shape != zt.shape:
-        if broadcast_shapes(v.type.shape, zt.shape) != zt.shape:
-            raise b.error(ShapeError, f"store: tile shape {v.type.shape} does not match the "
-                          f"sub-tensor's static shape {zt.shape}",
-                          "store a tile of the partition's tile shape (load_tile_like(x, z) "
-                          "gives one)")
-        v = b.broadcast_to(v, zt.shape)
+    v = stored_tile(b, tile, z.type.dtype, z.type.shape)
     b.emit("mut_store", (z, v), access_hints(b, latency, allow_tma))
+
+
+def stored_tile(b, tile, dtype: DType, shape: tuple[int, ...]) -> Value:
+    """The tile a store writes: ``tile`` (or a Python scalar) of exactly ``dtype``, broadcast
+    to the destination's static ``shape``; a dtype or shape that does not fit is an error."""
+    if isinstance(tile, Value) and isinstance(tile.type, TileType) \
+            and tile.type.dtype is not dtype:
+        raise b.error(DTypeError, f"store: tile dtype {tile.type.dtype.short} differs from the "
+                      f"tensor's {dtype.short}", f"convert first: z.store(t.astype(tc."
+                      f"{dtype.short}))")
+    (v,) = b.coerce([tile], "store", dtype=dtype)
+    if v.type.shape != shape and broadcast_shapes(v.type.shape, shape) != shape:
+        raise b.error(ShapeError, f"store: tile shape {v.type.shape} does not match the "
+                      f"sub-tensor's static shape {shape}",
+                      "store a tile of the partition's tile shape (load_tile_like(x, z) "
+                      "gives one)")
+    return b.broadcast_to(v, shape)
 
 
 def _forbid(rule: str, message: str, hint: str):
