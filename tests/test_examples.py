@@ -19,4 +19,4 @@ def test_example_runs(path):
 
 
 def test_examples_exist():
-    assert {p.stem for p in EXAMPLES} >= {"vector_add", "gemm", "softmax"}
+    assert {p.stem for p in EXAMPLES} >= {"vector_add", "gemm", "softmax", "persistent_gemm"}

@@ -106,23 +106,11 @@ def test_tiled_gemm_low_precision(rng, dtype, m, n, k):
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-2
 
 
-@ts.kernel
-def persistent_gemm(z: tc.MappedPartitionMut[tc.f16, ("BM", "BN"), "M"],
-                    x: tc.Tensor[tc.f16, (-1, -1)], y: tc.Tensor[tc.f16, (-1, -1)],
-                    BM: tc.Const[int], BN: tc.Const[int], BK: tc.Const[int]):
-    px, py = x.partition((BM, BK)), y.partition((BK, BN))
-    for idx in z.iter_indices():
-        m, n = idx.coords()
-        acc = tc.zeros((BM, BN), tc.f32)
-        for k in range(tc.num_tiles(px, 1)):
-            acc = tc.mma(px.load((m, k)), py.load((k, n)), acc)
-        z.store(acc.astype(tc.f16), idx)
-
-
 @pytest.mark.parametrize("m,n,k", [(300, 200, 130), (512, 512, 512)])
 def test_persistent_gemm_non_divisible(rng, m, n, k):
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
+    persistent_gemm = _example("persistent_gemm").persistent_gemm
     z = poisoned((m, n), ts.float16).partition((64, 64)).map((4, 1), 7)
     out, *_ = persistent_gemm(z, ts.tensor(a, device=GPU), ts.tensor(b, device=GPU),
                               64, 64, 32).sync()
