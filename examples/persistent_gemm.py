@@ -31,7 +31,7 @@ def main(m: int = 200, n: int = 136, k: int = 100, programs: int = 5) -> float:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
-    z = ts.zeros((m, n), ts.float16).partition((64, 64)).map((2, 1), programs)
+    z = ts.zeros((m, n), ts.float16).sync().partition((64, 64)).map((2, 1), programs)
     z, *_ = persistent_gemm(z, ts.tensor(a), ts.tensor(b), 64, 64, 32).sync()
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.linalg.norm(z.unpartition().numpy() - ref) / np.linalg.norm(ref))
