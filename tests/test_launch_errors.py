@@ -17,8 +17,9 @@ import pytest
 import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe.errors import (AliasingError, ArgumentError, CompileError, DeviceOpError,
-                             LaunchError, MovedError, PartitionError, SignatureError,
-                             UnsafeError)
+                             DTypeMismatchError, LaunchError, MovedError, PartitionError,
+                             PartitionRankError, RankMismatchError, SignatureError,
+                             TileShapeMismatchError, UnsafeError)
 from tilesafe.runtime.tensor import Tensor
 
 with open(__file__, encoding="utf-8") as _f:
@@ -119,8 +120,8 @@ def test_too_many_arguments():
 def test_wrong_dtype():
     z, x, y = operands()
     x64 = ts.tensor(x_values().astype(np.float64)).sync()
-    err = launch_fails(ArgumentError, lambda: add(z, x64, y).sync())  # <- dtype
-    check(err, ArgumentError, "argument 'x' of 'add' must have dtype f32, got f64", "dtype")
+    err = launch_fails(DTypeMismatchError, lambda: add(z, x64, y).sync())  # <- dtype
+    check(err, DTypeMismatchError, "argument 'x' of 'add' must have dtype f32, got f64", "dtype")
     assert np.array_equal(x64.numpy(), x_values().astype(np.float64))
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
@@ -129,8 +130,8 @@ def test_wrong_dtype():
 def test_wrong_output_dtype():
     z, x, y = operands()
     zi = ts.zeros(N, ts.int32).sync().partition(TILE)
-    err = launch_fails(ArgumentError, lambda: add(zi, x, y).sync())  # <- out-dtype
-    check(err, ArgumentError, "argument 'z' of 'add' must have dtype f32, got i32", "out-dtype")
+    err = launch_fails(DTypeMismatchError, lambda: add(zi, x, y).sync())  # <- out-dtype
+    check(err, DTypeMismatchError, "argument 'z' of 'add' must have dtype f32, got i32", "out-dtype")
     assert np.array_equal(zi.unpartition().numpy(), np.zeros(N, np.int32))
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
@@ -139,8 +140,8 @@ def test_wrong_output_dtype():
 def test_wrong_rank():
     z, x, y = operands()
     x2 = ts.tensor(x_values().reshape(8, 8)).sync()
-    err = launch_fails(ArgumentError, lambda: add(z, x2, y).sync())  # <- rank
-    check(err, ArgumentError, "must have rank 1, got shape (8, 8)", "rank")
+    err = launch_fails(RankMismatchError, lambda: add(z, x2, y).sync())  # <- rank
+    check(err, RankMismatchError, "must have rank 1, got shape (8, 8)", "rank")
     assert np.array_equal(x2.numpy(), x_values().reshape(8, 8))
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
@@ -155,16 +156,16 @@ def add_static(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (64,)],
 def test_static_extent_mismatch():
     z, x, y = operands()
     short = ts.zeros(32).sync()
-    err = launch_fails(ArgumentError, lambda: add_static(z, short, y, 64).sync())  # <- extent
-    check(err, ArgumentError, "static extent 64 differs from the tensor's shape (32,)", "extent")
+    err = launch_fails(RankMismatchError, lambda: add_static(z, short, y, 64).sync())  # <- extent
+    check(err, RankMismatchError, "static extent 64 differs from the tensor's shape (32,)", "extent")
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
 
 
 def test_const_named_extent_mismatch():
     z, x, y = operands()
-    err = launch_fails(ArgumentError, lambda: add_static(z, x, y, 32).sync())  # <- extent-const
-    check(err, ArgumentError, "static extent 32 differs from the tensor's shape (64,)",
+    err = launch_fails(RankMismatchError, lambda: add_static(z, x, y, 32).sync())  # <- extent-const
+    check(err, RankMismatchError, "static extent 32 differs from the tensor's shape (64,)",
           "extent-const")
     assert_untouched_and_usable(z, x, y)
     z2, x2, y2 = operands()
@@ -260,8 +261,8 @@ def add_typed(z: tc.MutTensor["T", "S"], x: tc.Tensor["T", (-1,)], y: tc.Tensor[
 def test_dtype_name_bound_inconsistently():
     z, x, y = operands()
     y64 = ts.full(N, 2.0, ts.float64).sync()
-    err = launch_fails(ArgumentError, lambda: add_typed(z, x, y64).sync())  # <- dtype-name
-    check(err, ArgumentError, "'T' is bound to f32 by an earlier argument", "dtype-name")
+    err = launch_fails(DTypeMismatchError, lambda: add_typed(z, x, y64).sync())  # <- dtype-name
+    check(err, DTypeMismatchError, "'T' is bound to f32 by an earlier argument", "dtype-name")
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
 
@@ -284,8 +285,8 @@ def add_b(z: tc.MutTensor[tc.f32, ("B",)], x: tc.Tensor[tc.f32, (-1,)],
 
 def test_partition_tile_differs_from_static_shape():
     z, x, y = operands(tile=32)
-    err = launch_fails(PartitionError, lambda: add16(z, x, y).sync())  # <- static-tile
-    check(err, PartitionError, "partition tile shape (32,) differs from the kernel's static "
+    err = launch_fails(TileShapeMismatchError, lambda: add16(z, x, y).sync())  # <- static-tile
+    check(err, TileShapeMismatchError, "partition tile shape (32,) differs from the kernel's static "
           "shape (16,)", "static-tile")
     assert_untouched_and_usable(z, x, y, tile=32)
     assert_fix(err)
@@ -293,8 +294,8 @@ def test_partition_tile_differs_from_static_shape():
 
 def test_partition_tile_differs_from_const_shape():
     z, x, y = operands()
-    err = launch_fails(PartitionError, lambda: add_b(z, x, y, 32).sync())  # <- const-tile
-    check(err, PartitionError, "partition tile shape (16,) differs from the kernel's static "
+    err = launch_fails(TileShapeMismatchError, lambda: add_b(z, x, y, 32).sync())  # <- const-tile
+    check(err, TileShapeMismatchError, "partition tile shape (16,) differs from the kernel's static "
           "shape (32,)", "const-tile")
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
@@ -308,8 +309,8 @@ def fill(z: tc.MutTensor[tc.f32, "S"], value: float):
 def test_partition_of_rank_4():
     t = ts.full((2, 2, 2, 2), -1.0).sync()
     z = t.partition((1, 1, 1, 1))
-    err = launch_fails(PartitionError, lambda: fill(z, 3.0).sync())  # <- rank4
-    check(err, PartitionError, "a partition of rank 4 cannot be launched", "rank4")
+    err = launch_fails(PartitionRankError, lambda: fill(z, 3.0).sync())  # <- rank4
+    check(err, PartitionRankError, "a partition of rank 4 cannot be launched", "rank4")
     assert np.array_equal(z.unpartition().numpy(), np.full((2, 2, 2, 2), -1.0, np.float32))
     assert_fix(err)
 
@@ -369,8 +370,8 @@ def test_shape_name_bound_by_two_partitions_inconsistently():
 
     z = ts.full(N, -1.0).sync().partition(16)
     w = ts.full(2 * N, -1.0).sync().partition(32)
-    err = launch_fails(ArgumentError, lambda: same_shape(z, w).sync())  # <- shape-name
-    check(err, ArgumentError, "'S' is bound to (16,)", "shape-name")
+    err = launch_fails(TileShapeMismatchError, lambda: same_shape(z, w).sync())  # <- shape-name
+    check(err, TileShapeMismatchError, "'S' is bound to (16,)", "shape-name")
     assert_fix(err)
 
 
@@ -409,7 +410,7 @@ def test_lazy_arguments_report_the_launch_site_not_the_sync():
     op = add(ts.full(N, -1.0).partition(TILE), x, ts.full(N, 2.0, ts.float64))  # <- lazy-site
     with pytest.raises(ArgumentError) as info:
         op.sync()
-    check(info.value, ArgumentError, "argument 'y' of 'add' must have dtype f32, got f64",
+    check(info.value, DTypeMismatchError, "argument 'y' of 'add' must have dtype f32, got f64",
           "lazy-site")
     assert_fix(info.value)
 

@@ -7,7 +7,9 @@ Device side: ``import tilesafe.core as tc``.
 from . import errors
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                      int64, uint8, uint16, uint32, uint64)
-from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, KernelRuntimeError,
+from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, DeviceMismatchError,
+                     DTypeMismatchError, KernelRuntimeError, PartitionRankError, RankMismatchError,
+                     TileShapeMismatchError,
                      LaunchError, MovedError, PartitionError, SafetyError, TilesafeError,
                      UnsafeError)
 from .exec.deviceop import DeviceOp, SharedOp, value, zip
@@ -31,5 +33,7 @@ __all__ = [
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
-    "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "__version__",
+    "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "DTypeMismatchError",
+    "RankMismatchError", "DeviceMismatchError", "PartitionRankError", "TileShapeMismatchError",
+    "__version__",
 ]

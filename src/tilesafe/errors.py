@@ -15,8 +15,13 @@ tensor unchanged and usable.
     │   ├── SafetyError              a device-side safety rule (DESIGN.md rules 1-5)
     │   └── SignatureError           a kernel parameter annotation that is not valid
     ├── LaunchError                  host-side launch checks (rules 6-9), before enqueueing
-    │   ├── ArgumentError            wrong number/kind of arguments, dtype or rank mismatch
-    │   ├── PartitionError           partition rank, tile shape or grid mismatch
+    │   ├── ArgumentError            wrong number/kind of arguments
+    │   │   ├── DTypeMismatchError   an argument's dtype differs from the signature's
+    │   │   ├── RankMismatchError    an argument's rank or static extent differs
+    │   │   └── DeviceMismatchError  arguments on different devices
+    │   ├── PartitionError           partition does not fit the launch (grid, map)
+    │   │   ├── PartitionRankError   a partition of rank > 3 (the CUDA grid's limit)
+    │   │   └── TileShapeMismatchError  partition tile shape differs from the kernel's
     │   ├── OwnershipError           ownership discipline violated
     │   │   ├── MovedError           a tensor used after it was moved into a partition
     │   │   ├── AliasingError        a mutable argument overlaps another argument
@@ -150,8 +155,28 @@ class ArgumentError(LaunchError):
     """Wrong number or kind of launch arguments, or a dtype/rank that does not match."""
 
 
+class DTypeMismatchError(ArgumentError):
+    """An argument's dtype differs from the kernel signature's."""
+
+
+class RankMismatchError(ArgumentError):
+    """An argument's rank or static extent differs from the kernel signature's."""
+
+
+class DeviceMismatchError(ArgumentError):
+    """The arguments of one launch live on different devices."""
+
+
 class PartitionError(LaunchError):
     """A partition does not fit the kernel (rank, tile shape, grid)."""
+
+
+class PartitionRankError(PartitionError):
+    """A partition of rank greater than 3 was launched (the CUDA grid has 3 axes)."""
+
+
+class TileShapeMismatchError(PartitionError):
+    """A partition's tile shape differs from the kernel's static MutTensor shape."""
 
 
 class OwnershipError(LaunchError):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..dtypes import DType
-from ..errors import ArgumentError, PartitionError
+from ..errors import (ArgumentError, DTypeMismatchError, PartitionError, PartitionRankError,
+                      RankMismatchError, TileShapeMismatchError)
 from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
 from .types import (MAX_PARTITION_RANK, MappedPartitionType, PointerType, TensorViewType,
                     TileType, tile_shape_problem)
@@ -134,9 +135,10 @@ def _scalar_fits(dtype: DType, value: Any) -> bool:
     return False
 
 
-def _bind(name: str, value: Any, bound: dict, what: str, kernel_name: str, where) -> None:
+def _bind(name: str, value: Any, bound: dict, what: str, kernel_name: str, where,
+          error: type = ArgumentError) -> None:
     if name in bound and bound[name] != value:
-        raise ArgumentError(f"'{name}' is bound to {bound[name]} by an earlier argument of "
+        raise error(f"'{name}' is bound to {bound[name]} by an earlier argument of "
                             f"'{kernel_name}' but {what} gives {value}", where,
                             hint=f"arguments sharing the name '{name}' must agree")
     bound[name] = value
@@ -146,11 +148,11 @@ def _static_shape(spec_shape, actual: tuple[int, ...], consts: dict, bound: dict
                   label: str, kernel_name: str, where) -> tuple[int, ...]:
     """Bind or check a static shape (a name or a tuple of ints and Const names)."""
     if isinstance(spec_shape, str):
-        _bind(spec_shape, actual, bound, what, kernel_name, where)
+        _bind(spec_shape, actual, bound, what, kernel_name, where, TileShapeMismatchError)
         return actual
     static = tuple(consts[d] if isinstance(d, str) else d for d in spec_shape)
     if static != actual:
-        raise PartitionError(f"{label}: {what} {actual} differs from the kernel's static "
+        raise TileShapeMismatchError(f"{label}: {what} {actual} differs from the kernel's static "
                              f"shape {static}", where, hint=f"use {static}")
     return static
 
@@ -158,9 +160,11 @@ def _static_shape(spec_shape, actual: tuple[int, ...], consts: dict, bound: dict
 def _check_dtype(spec_dtype, a: ArgInfo, bound: dict, p: Param, label: str,
                  kernel_name: str, where) -> None:
     if isinstance(spec_dtype, str):
-        _bind(spec_dtype, a.dtype, bound, f"'{p.name}' ({a.dtype.short})", kernel_name, where)
+        _bind(spec_dtype, a.dtype, bound, f"'{p.name}' ({a.dtype.short})", kernel_name, where,
+              DTypeMismatchError)
     elif a.dtype is not spec_dtype:
-        raise ArgumentError(f"{label} must have dtype {spec_dtype.short}, got {a.dtype.short}",
+        raise DTypeMismatchError(f"{label} must have dtype {spec_dtype.short}, got "
+                                 f"{a.dtype.short}",
                             where, hint=f"convert the tensor on the host or change the "
                             f"annotation to {a.dtype.short}")
 
@@ -201,7 +205,8 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
     if spec.mutable:
         tile = tuple(a.tile_shape)
         if len(tile) > MAX_PARTITION_RANK:
-            raise PartitionError(f"{label}: a partition of rank {len(tile)} cannot be launched; "
+            raise PartitionRankError(f"{label}: a partition of rank {len(tile)} cannot be "
+                                     "launched; "
                                  f"the CUDA grid has at most {MAX_PARTITION_RANK} axes", where,
                                  hint="reshape the tensor to rank <= 3 before partitioning")
         _static_shape(spec.shape, tile, consts, bound, "partition tile shape", label,
@@ -213,13 +218,13 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
                                  "edge tiles are masked, so extents need not divide")
         return TensorViewType(a.dtype, tile, True)
     if len(spec.shape) != len(a.shape):
-        raise ArgumentError(f"{label} must have rank {len(spec.shape)}, got shape {a.shape}",
+        raise RankMismatchError(f"{label} must have rank {len(spec.shape)}, got shape {a.shape}",
                             where, hint="reshape the tensor on the host (t.reshape)")
     dims = []
     for d, actual in zip(spec.shape, a.shape):
         want = consts[d] if isinstance(d, str) else d
         if want is not None and want != actual:
-            raise ArgumentError(f"{label}: static extent {want} differs from the tensor's "
+            raise RankMismatchError(f"{label}: static extent {want} differs from the tensor's "
                                 f"shape {a.shape}", where,
                                 hint="pass a tensor of that extent, or declare the dimension "
                                 "dynamic (-1) in the annotation")

@@ -22,7 +22,8 @@ from ..compiler.ops.memory import MutTensorBinding, PointerBinding, TensorBindin
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
 from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
-from ..errors import AliasingError, ArgumentError, Location, PartitionError
+from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
+                      PartitionError)
 from .allocation import Loan, ownership_epoch
 from .device import Device, default_device
 from .partition import MappedPartition, Partition
@@ -155,7 +156,8 @@ def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: st
     devices = {d for _, d in placed}
     if len(devices) > 1:
         listing = ", ".join(f"'{n}' on {d}" for n, d in placed)
-        raise ArgumentError(f"arguments of '{kernel_name}' are on different devices ({listing})",
+        raise DeviceMismatchError(f"arguments of '{kernel_name}' are on different devices "
+                                  f"({listing})",
                             where, hint="move them to one device first: t.to('cuda:0').sync()")
     return devices.pop() if devices else default_device()
 
