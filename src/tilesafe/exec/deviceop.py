@@ -17,6 +17,7 @@ composed steps. On the ``cpu`` device work completes when it runs.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from .._callsite import caller_location
@@ -72,9 +73,10 @@ class DeviceOp(Generic[T]):
     async def _run_async(self) -> T:
         stream = next_stream(self.device)
         loop = asyncio.get_running_loop()
-        # The work runs off the event loop; the loop keeps serving other coroutines and is
-        # woken by the executor when the op has completed (no busy-waiting).
-        return await loop.run_in_executor(None, self.sync_on, stream)
+        # The work runs off the event loop, on tilesafe's own long-lived waiter threads; the
+        # loop keeps serving other coroutines and is woken when the op has completed (no
+        # busy-waiting, and no thread start per pipeline).
+        return await loop.run_in_executor(_waiters(), self.sync_on, stream)
 
     # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
@@ -152,6 +154,17 @@ class _Chain(DeviceOp):
             if isinstance(result, DeviceOp):
                 result = result._execute(stream)
         return result
+
+
+_WAITERS: list = []
+
+
+def _waiters() -> concurrent.futures.ThreadPoolExecutor:
+    """The process-wide pool of threads that drive awaited ops (created on first use)."""
+    if not _WAITERS:
+        _WAITERS.append(concurrent.futures.ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix="tilesafe-await"))
+    return _WAITERS[0]
 
 
 class SharedOp(DeviceOp[T]):
