@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from typing import Optional, Sequence
 
 import numpy as np

@@ -179,8 +179,7 @@ class Kernel:
         """Compile for these arguments without launching. With ``target`` (e.g. ``"sm_90"``)
         this needs no GPU and returns the cubin bytes; otherwise it warms the executable of the
         arguments' device (interpreter or GPU)."""
-        values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
-        prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
+        prepared = self._check_only(args, grid)
         if target is not None:
             from .backends.tileir import jit
             result = jit.cubin_for(self._ir(prepared.specialization), target, hints=self.hints)
@@ -192,9 +191,12 @@ class Kernel:
 
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""
+        return self._ir(self._check_only(args, grid).specialization)
+
+    def _check_only(self, args: Sequence[Any], grid: Optional[Sequence[int]]) -> PreparedLaunch:
+        """Validate ``args`` like a launch (pending DeviceOps are driven) but borrow nothing."""
         values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
-        prepared = prepare(self.name, self.params, values, grid, caller_location(), lend=False)
-        return self._ir(prepared.specialization)
+        return prepare(self.name, self.params, values, grid, caller_location(), lend=False)
 
     def specialize_example(self, bindings: dict) -> Specialization:
         """A specialization from names alone, with no tensors: ``bindings`` gives each shape

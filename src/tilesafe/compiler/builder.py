@@ -216,7 +216,7 @@ class IRBuilder:
     @staticmethod
     def _weak_hint(x: Any, dtype: DType) -> str:
         if isinstance(x, float):
-            return f"use an integer literal, or convert the tile: t.astype(tc.f32)"
+            return "use an integer literal, or convert the tile: t.astype(tc.f32)"
         if isinstance(x, int) and dtype.is_int:
             return f"the literal is out of range for {dtype.short}; use a wider dtype"
         return f"convert the tile with .astype(...) to a dtype that can hold {x!r}"

@@ -195,8 +195,8 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo, const
     label = f"argument '{p.name}' of '{kernel_name}'"
     if spec.mutable and a.kind != "partition":
         raise ArgumentError(f"{label} is a tc.MutTensor: pass a partition of a tensor, got a "
-                            f"{a.kind}", where, hint=f"pass t.partition(tile_shape) or "
-                            f"ts.borrow_mut(t).partition(tile_shape)")
+                            f"{a.kind}", where, hint="pass t.partition(tile_shape) or "
+                            "ts.borrow_mut(t).partition(tile_shape)")
     if not spec.mutable and a.kind != "tensor":
         raise ArgumentError(f"{label} is a shared tc.Tensor, got a {a.kind}", where,
                             hint="pass the tensor itself (partitions are for MutTensor "

@@ -1,5 +1,5 @@
 """CUDA glue through cuda.core / cuda.bindings: devices, stream-ordered device memory, copies,
-streams, events, module loading and kernel launches.
+streams, module loading and kernel launches.
 
 Imported only when a ``cuda:N`` device is used, so machines without a driver never load it.
 Every driver error becomes a :class:`CudaError` naming the call. Pointers are plain ints.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -52,8 +52,6 @@ def make_current(index: int) -> Any:
     return dev
 
 
-def device_name(index: int) -> str:
-    return device(index).name
 
 
 def compute_capability(index: int) -> tuple[int, int]:
@@ -61,15 +59,11 @@ def compute_capability(index: int) -> tuple[int, int]:
     return (cc.major, cc.minor)
 
 
-# -- streams and events -------------------------------------------------------------------------
+# -- streams -------------------------------------------------------------------------
 
 def new_stream(index: int, foreign: Any = None) -> Any:
     dev = make_current(index)
     return dev.create_stream(foreign) if foreign is not None else dev.create_stream()
-
-
-def record_event(stream: Any) -> Any:
-    return stream.record()
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -117,10 +111,6 @@ def device_to_host(src_ptr: int, nbytes: int, stream: Any) -> np.ndarray:
     return out
 
 
-def device_to_device(dst_ptr: int, src_ptr: int, nbytes: int, stream: Any) -> None:
-    if nbytes:
-        _check(_driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream.handle),
-               "cuMemcpyDtoDAsync")
 
 
 # -- modules and launches -------------------------------------------------------------------
@@ -170,7 +160,3 @@ def export_view(buf: DeviceBuffer, byte_offset: int, shape: Sequence[int],
                                      max(1, buf.nbytes - byte_offset), owner=buf.buffer)
     return StridedMemoryView.from_buffer(sub, tuple(shape), tuple(strides), itemsize=item,
                                          dtype=np.dtype(np_dtype), is_readonly=readonly)
-
-
-def default_index(name: Optional[str]) -> int:
-    return int(name.partition(":")[2] or 0) if name else 0

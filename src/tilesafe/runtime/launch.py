@@ -260,8 +260,8 @@ def borrow_for_replay(launches: Sequence[tuple[Any, Sequence[Any]]], holder: str
     borrowed by other pending work) and lend each distinct argument once, for a graph replay."""
     wanted: dict[int, tuple[Tensor, bool]] = {}
     for kernel, args in launches:
+        outputs = dict(_outputs(args))
         for i, (p, a) in enumerate(zip(kernel.params, args)):
-            outputs = dict(_outputs(args))
             if i in outputs:
                 outputs[i]._check_usable("replay a graph that writes it")
                 t, mutable = outputs[i]._tensor, True

@@ -9,7 +9,7 @@ move. Host reads and writes consult the allocation's loans (rule 8 of DESIGN.md)
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ..errors import BorrowError, Location, MovedError
 from .allocation import Allocation, bump_ownership_epoch
 from .._callsite import caller_location
 from .device import Device
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
