@@ -197,3 +197,46 @@ def test_loans_of_a_pipeline_end_when_its_stream_is_synchronized():
         return res
     axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0).then(check).sync()
     assert seen and np.array_equal(t.numpy(), np.ones(16))
+
+
+def test_an_op_driven_inside_a_chain_records_the_driving_line():
+    x = _ones(16)
+    inner = []
+
+    def step(res):
+        inner.append(axpy(res[0], x, 1.0))
+        return inner[-1]
+    chain = axpy(ts.zeros(16).sync().partition(8), x, 1.0).then(step)
+    drive_line = _line_of_next_statement()
+    chain.sync()
+    with pytest.raises(DeviceOpError) as err:
+        inner[0].sync()
+    assert f"already driven at {__file__}:{drive_line}" in str(err.value)
+
+
+def _line_of_next_statement() -> int:
+    import sys
+    return sys._getframe(1).f_lineno + 1
+
+
+def test_a_chain_extended_twice_is_an_error_and_keeps_its_label():
+    x = _ones(16)
+    chain = axpy(ts.zeros(16).sync().partition(8), x, 1.0).then(lambda r: r)
+    longer = chain.then(lambda r: r)
+    with pytest.raises(DeviceOpError, match=r"then\(\.\.\.\); an op runs once|already extended"):
+        chain.then(lambda r: r)
+    assert longer.label.count(".then(...)") == 2 and chain.label.count(".then(...)") == 1
+    z, *_ = longer.sync()
+    assert np.array_equal(z.unpartition().numpy(), np.ones(16))
+
+
+def test_repeated_launches_with_an_explicit_grid_list_reuse_the_plan():
+    @ts.kernel
+    def fill(z: tc.MutTensor[tc.f32, (4,)], v: float):
+        z.store(tc.full((4,), v, tc.f32))
+    z = ts.zeros(16).sync().partition(4)
+    for v in (1.0, 2.0):
+        z, _ = fill.launch(z, v, grid=[4]).sync()
+    with pytest.raises(ts.errors.PartitionError, match="differs from the grid"):
+        fill.launch(z, 3.0, grid=[2]).sync()
+    assert np.array_equal(z.unpartition().numpy(), np.full(16, 2.0))

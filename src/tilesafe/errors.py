@@ -34,16 +34,26 @@ tensor unchanged and usable.
 from __future__ import annotations
 
 import linecache
-from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
 class Location:
-    """A position in a source file (1-based line, 0-based column)."""
+    """A position in a source file (1-based line, 0-based column); treat it as immutable
+    (it is hashed). Built on every launch, hence a slotted class, not a frozen dataclass."""
 
-    file: str
-    line: int
-    col: int = 0
+    __slots__ = ("file", "line", "col")
+
+    def __init__(self, file: str, line: int, col: int = 0):
+        self.file, self.line, self.col = file, line, col
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and \
+            (self.file, self.line, self.col) == (other.file, other.line, other.col)
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.line, self.col))
+
+    def __repr__(self) -> str:
+        return f"Location(file={self.file!r}, line={self.line}, col={self.col})"
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"

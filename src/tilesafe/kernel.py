@@ -103,12 +103,13 @@ class Kernel:
         self._lock = threading.Lock()
         self.compile_count = 0
         self.launch_count = 0
+        self._unsafe = self.unchecked_accesses or any(isinstance(p.spec, PointerSpec)
+                                                      for p in self.params)
 
     @property
     def is_unsafe(self) -> bool:
         """True if the kernel turns a check off (``unchecked_accesses``) or takes raw pointers."""
-        return self.unchecked_accesses or any(isinstance(p.spec, PointerSpec)
-                                              for p in self.params)
+        return self._unsafe
 
     @property
     def source(self) -> SourceFunction:
@@ -140,15 +141,17 @@ class Kernel:
         return entry
 
     def _launch_gpu(self, prepared: PreparedLaunch, stream: Stream) -> None:
-        """Enqueue on a GPU stream; a reused launch plan keeps its executable and packed
-        arguments, so a repeated launch does no compilation lookup and no packing."""
-        from .runtime import cuda
+        """Enqueue on a GPU stream. The launch is packed once per launch plan (executable,
+        function handle, argument buffers), so a repeated launch is one driver call."""
         cached = prepared.plan.backend if prepared.plan is not None else {}
-        if "packed" not in cached:
+        packed = cached.get("packed")
+        if packed is None:
+            from .runtime import cuda
             exe = self._gpu_executable(prepared)
-            cached["handle"] = exe.handle
-            cached["packed"] = exe.pack(prepared.args, self.params)
-        cuda.launch(stream.native, cached["handle"], prepared.grid, cached["packed"])
+            packed = cached["packed"] = cuda.PackedLaunch(
+                exe.handle, prepared.grid, exe.pack(prepared.args, self.params),
+                prepared.device.index)
+        _LAUNCH_PACKED[0](stream.native_handle, packed)
 
     def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
         """The loaded cubin for a launch's specialization, device and argument facts
@@ -216,7 +219,7 @@ class Kernel:
         its arguments are lent to it (shared inputs, exclusive outputs) until it completes.
         """
         where = caller_location()
-        if self.is_unsafe and _unsafe_depth.get() == 0:
+        if self._unsafe and _unsafe_depth.get() == 0:
             why = ("unchecked_accesses=True" if self.unchecked_accesses
                    else "it takes raw tc.Ptr parameters")
             raise UnsafeError(f"kernel '{self.name}' is unsafe ({why}) and is launched outside "
@@ -228,17 +231,17 @@ class Kernel:
 
     def _run_prepared(self, prepared: PreparedLaunch, stream: Stream) -> tuple:
         """Run a validated launch to completion on ``stream`` and hand back its arguments."""
-        if stream.device != prepared.device:
+        if stream.device is not prepared.device and stream.device != prepared.device:
             raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but was "
                                 f"driven on a {stream.device} stream", prepared.where,
                                 hint=f"drive it with .sync() or on a {prepared.device} stream")
         try:
             if prepared.device.kind == "cpu":
-                _, executable = self._compiled(prepared.specialization)
                 cached = prepared.plan.backend if prepared.plan is not None else {}
                 if "bindings" not in cached:
+                    cached["interpreted"] = self._compiled(prepared.specialization)[1]
                     cached["bindings"] = interp_bindings(self.params, prepared.args)
-                executable.run(cached["bindings"], prepared.grid)
+                cached["interpreted"].run(cached["bindings"], prepared.grid)
             else:
                 self._launch_gpu(prepared, stream)
             self.launch_count += 1
@@ -252,6 +255,15 @@ class Kernel:
     def __repr__(self) -> str:
         flag = " unsafe" if self.is_unsafe else ""
         return f"<tilesafe kernel {self.name}{flag}>"
+
+
+def _launch_packed(stream_handle: Any, packed: Any) -> None:
+    from .runtime import cuda
+    _LAUNCH_PACKED[0] = cuda.launch_packed
+    cuda.launch_packed(stream_handle, packed)
+
+
+_LAUNCH_PACKED: list = [_launch_packed]  # bound to runtime.cuda.launch_packed on first use
 
 
 def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from .._callsite import caller_location
-from ..errors import DeviceOpError
+from ..errors import DeviceOpError, Location
 from ..runtime.device import Device
-from .stream import Stream, next_stream, running_on
+from .stream import Stream, next_stream, set_current_stream
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -35,14 +36,19 @@ class DeviceOp(Generic[T]):
     ``run(stream)`` does the work on ``stream`` and returns the result.
     """
 
-    __slots__ = ("_run", "label", "device", "_driven_at", "__weakref__")
+    __slots__ = ("_run", "_label", "device", "_driven_at", "__weakref__")
 
-    def __init__(self, run: Optional[Callable[[Stream], T]], label: str,
+    def __init__(self, run: Optional[Callable[[Stream], T]], label: Optional[str],
                  device: Optional[Device] = None):
         self._run = run
-        self.label = label
+        self._label = label
         self.device = device
         self._driven_at = None
+
+    @property
+    def label(self) -> str:
+        """What the op does, for messages (subclasses may build it only when asked)."""
+        return self._label or type(self).__name__
 
     # -- driving ----------------------------------------------------------------------------
     def _execute(self, stream: Stream) -> T:
@@ -61,10 +67,18 @@ class DeviceOp(Generic[T]):
     def sync_on(self, stream: Stream) -> T:
         """Run the op on ``stream`` and wait for that stream (which ends the borrows of the
         work it ran)."""
+        return self._drive(stream, caller_location())
+
+    def _drive(self, stream: Stream, where: Location) -> T:
+        """Run on ``stream`` and wait; ``where`` is the user's driving call, recorded by every
+        op this drive consumes."""
+        saved = set_current_stream(stream)
+        saved_where, _DRIVE.where = getattr(_DRIVE, "where", None), where
         try:
-            with running_on(stream):
-                return self._execute(stream)
+            return self._execute(stream)
         finally:
+            _DRIVE.where = saved_where
+            set_current_stream(saved)
             stream.synchronize()
 
     def __await__(self):
@@ -72,18 +86,19 @@ class DeviceOp(Generic[T]):
 
     async def _run_async(self) -> T:
         stream = next_stream(self.device)
+        where = caller_location()  # the awaiting coroutine's line
         loop = asyncio.get_running_loop()
         # The work runs off the event loop, on tilesafe's own long-lived waiter threads; the
         # loop keeps serving other coroutines and is woken when the op has completed (no
         # busy-waiting, and no thread start per pipeline).
-        return await loop.run_in_executor(_waiters(), self.sync_on, stream)
+        return await loop.run_in_executor(_waiters(), self._drive, stream, where)
 
     # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
         """After this op, run ``fn(result)`` on the same stream; if it returns a DeviceOp,
         that op runs next (no host synchronization in between). Long chains are flat: no
         recursion per step."""
-        return _Chain(self, (fn,))
+        return _Chain(self, [fn])
 
     def map(self, fn: Callable[[T], U]) -> "DeviceOp[U]":
         """Transform the result on the host after the op completes."""
@@ -121,12 +136,14 @@ class DeviceOp(Generic[T]):
 
     def _consume(self, how: str) -> None:
         """Mark the op as used (``how``: "driven", "recorded into a graph"); an op is used
-        once."""
+        once. A drive records the location of the user's driving call."""
         if self._driven_at is not None:
+            first_how, first_where = self._driven_at
             raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
-                                f"{self._driven_at}; an op runs once\n  fix: build a new op for "
-                                "each run, or call .shared() to reuse one result")
-        self._driven_at = f"{how} at {caller_location()}"
+                                f"{first_how} at {first_where}; an op runs once\n  fix: build a "
+                                "new op for each run, or call .shared() to reuse one result")
+        where = getattr(_DRIVE, "where", None) if how == "driven" else None
+        self._driven_at = (how, where or caller_location())
 
     def __repr__(self) -> str:
         state = "driven" if self._driven_at else "pending"
@@ -134,18 +151,23 @@ class DeviceOp(Generic[T]):
 
 
 class _Chain(DeviceOp):
-    """``first.then(f1).then(f2)...``, executed as a loop."""
+    """``first.then(f1).then(f2)...``, executed as a loop. Extending a chain consumes it and
+    hands its step list on (appending is O(1), so a chain of n steps is built in O(n))."""
 
-    __slots__ = ("_first", "_steps")
+    __slots__ = ("_first", "_steps", "_length")
 
-    def __init__(self, first: DeviceOp, steps: tuple):
-        names = ".then(...)" * len(steps)
-        super().__init__(None, f"{first.label}{names}", first.device)
-        self._first, self._steps = first, steps
+    def __init__(self, first: DeviceOp, steps: list):
+        super().__init__(None, None, first.device)
+        self._first, self._steps, self._length = first, steps, len(steps)
+
+    @property
+    def label(self) -> str:
+        return f"{self._first.label}" + ".then(...)" * self._length
 
     def then(self, fn: Callable[[Any], Any]) -> "DeviceOp":
         self._consume("extended with .then()")
-        return _Chain(self._first, self._steps + (fn,))
+        self._steps.append(fn)
+        return _Chain(self._first, self._steps)
 
     def _perform(self, stream: Stream) -> Any:
         result = self._first._execute(stream)
@@ -157,6 +179,7 @@ class _Chain(DeviceOp):
 
 
 _WAITERS: list = []
+_DRIVE = threading.local()  # .where: the user's call driving ops on this thread
 
 
 def _waiters() -> concurrent.futures.ThreadPoolExecutor:

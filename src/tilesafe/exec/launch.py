@@ -8,7 +8,6 @@ arguments drives them first, on the same stream, then validates.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Optional, Sequence
 
 from ..errors import Location
@@ -56,28 +55,34 @@ class KernelNode:
 class LaunchOp(DeviceOp[tuple]):
     """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
 
-    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early", "_finalizer")
+    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early")
 
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location):
-        super().__init__(None, f"{kernel.name}(...) launched at {where}")
+        DeviceOp.__init__(self, None, None)
         self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
         self._early: Optional[PreparedLaunch] = None
-        self._finalizer = None
-        if not any(isinstance(a, DeviceOp) for a in args):
-            self._early = prepare(kernel.name, kernel.params, args, grid, where,
-                                  stream=current_stream(), plans=kernel._plans)
-            self.device = self._early.device
-            # an op dropped without being driven gives its loans back
-            self._finalizer = weakref.finalize(self, release_all, self._early.loans)
-        else:  # the device of pending arguments is the device their ops produce on
-            self.device = next((getattr(a, "device", None) for a in args
-                                if getattr(a, "device", None) is not None), None)
+        for a in args:
+            if isinstance(a, DeviceOp):  # the device is the one its pending arguments use
+                self.device = next((getattr(a, "device", None) for a in args
+                                    if getattr(a, "device", None) is not None), None)
+                return
+        self._early = prepare(kernel.name, kernel.params, args, grid, where,
+                              stream=current_stream(), plans=kernel._plans)
+        self.device = self._early.device
+
+    @property
+    def label(self) -> str:
+        return f"{self._kernel.name}(...) launched at {self._where}"
+
+    def __del__(self) -> None:
+        # an op dropped without being driven (or recorded) gives its loans back
+        early = self._early
+        if early is not None and self._driven_at is None and early.loans:
+            release_all(early.loans)
 
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel
-        if self._finalizer is not None:
-            self._finalizer.detach()  # from now on the stream's completion releases the loans
         prepared = self._early or prepare(k.name, k.params,
                                           tuple(resolve(a, stream) for a in self._args),
                                           self._grid, self._where, stream=stream,

@@ -36,6 +36,7 @@ class Stream:
         self.foreign = handle
         self.handle = _raw_handle(handle) if handle is not None else None
         self._native: Any = None
+        self._native_handle: Any = None
         self._pending: list = []
         self._spent: list = []
 
@@ -54,6 +55,13 @@ class Stream:
             from ..runtime import cuda
             self._native = cuda.new_stream(self.device.index, self.foreign)
         return self._native
+
+    @property
+    def native_handle(self) -> Any:
+        """The driver handle (CUstream) of a ``cuda:N`` stream."""
+        if self._native_handle is None:
+            self._native_handle = self.native.handle
+        return self._native_handle
 
     @classmethod
     def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":
@@ -124,20 +132,26 @@ class Event:
 
 
 class _Pool:
+    """Each device's streams, handed out round-robin. The pool fills under a lock; after that a
+    full pool's ``itertools.cycle`` (atomic under the GIL) serves without locking."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._streams: dict[Device, list[Stream]] = {}
-        self._next: dict[Device, int] = {}
+        self._cycles: dict[Device, Any] = {}
 
     def next_stream(self, device: Device) -> Stream:
+        cycle = self._cycles.get(device)
+        if cycle is not None:
+            return next(cycle)
         with self._lock:
             streams = self._streams.setdefault(device, [])
             if len(streams) < POOL_SIZE:
                 streams.append(Stream(device))
+                if len(streams) == POOL_SIZE:
+                    self._cycles[device] = itertools.cycle(streams)
                 return streams[-1]
-            i = self._next.get(device, 0)
-            self._next[device] = (i + 1) % POOL_SIZE
-            return streams[i]
+            return next(self._cycles[device])
 
 
 _POOL = _Pool()
@@ -150,21 +164,13 @@ def current_stream() -> Optional[Stream]:
     return getattr(_CURRENT, "stream", None)
 
 
-class running_on:
-    """Context manager marking ``stream`` as this thread's current pipeline stream."""
-
-    def __init__(self, stream: Stream):
-        self.stream = stream
-
-    def __enter__(self) -> Stream:
-        self.saved = current_stream()
-        _CURRENT.stream = self.stream
-        return self.stream
-
-    def __exit__(self, *exc) -> None:
-        _CURRENT.stream = self.saved
+def set_current_stream(stream: Optional[Stream]) -> Optional[Stream]:
+    """Make ``stream`` this thread's current pipeline stream; returns the previous one."""
+    saved = getattr(_CURRENT, "stream", None)
+    _CURRENT.stream = stream
+    return saved
 
 
 def next_stream(device: "Device | str | None" = None) -> Stream:
     """The next stream of ``device``'s pool (round-robin over a few streams)."""
-    return _POOL.next_stream(as_device(device))
+    return _POOL.next_stream(device if isinstance(device, Device) else as_device(device))

@@ -17,27 +17,22 @@ footprint ``[lowest, highest]`` of a view.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import BorrowError, Location
 from .device import Device
 
 
-@dataclass(eq=False)
 class Loan:
-    """A borrow of ``[lo, hi)`` bytes of an allocation by pending work ``holder``."""
+    """A borrow of ``[lo, hi)`` bytes of an allocation by pending work ``holder``; ``count``
+    uses of the same range by work on one stream share it."""
 
-    allocation: "Allocation"
-    lo: int
-    hi: int
-    mutable: bool
-    holder: str
-    where: Optional[Location]
-    stream: Any = None
-    count: int = 1
-    id: int = field(default_factory=itertools.count().__next__)
+    __slots__ = ("allocation", "lo", "hi", "mutable", "holder", "where", "stream", "count")
+
+    def __init__(self, allocation: "Allocation", lo: int, hi: int, mutable: bool, holder: str,
+                 where: Optional[Location], stream: Any = None):
+        self.allocation, self.lo, self.hi, self.mutable = allocation, lo, hi, mutable
+        self.holder, self.where, self.stream, self.count = holder, where, stream, 1
 
     def overlaps(self, lo: int, hi: int) -> bool:
         return self.lo < hi and lo < self.hi

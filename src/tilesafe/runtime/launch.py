@@ -24,7 +24,7 @@ from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
 from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
                       PartitionError)
-from .allocation import Loan, ownership_epoch
+from .allocation import _EPOCH, Loan, ownership_epoch
 from .device import Device, default_device
 from .partition import MappedPartition, Partition
 from .tensor import Tensor
@@ -43,9 +43,11 @@ class LaunchPlan:
     device: Device
     borrows: list
     backend: dict
+    borrowed_partitions: list
 
 
 PLAN_CACHE_SIZE = 8
+_HOLDERS: dict[str, str] = {}
 
 
 @dataclass
@@ -139,7 +141,8 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
 def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list[Loan]:
     """Check every borrow against the loans of pending work, then lend them all."""
     for alloc, lo, hi, mutable, action in borrows:
-        alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
+        if alloc.loans:
+            alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
     return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
             for alloc, lo, hi, mutable, _ in borrows]
 
@@ -224,11 +227,14 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     (compiling without running) the arguments are checked but not borrowed. ``plans`` (a
     kernel's cache) lets a launch with the very same argument objects as an earlier one, and
     no ownership change since, skip re-validation: only the borrows are checked again."""
-    holder = f"the pending launch of '{kernel_name}'"
+    holder = _HOLDERS.get(kernel_name) or _HOLDERS.setdefault(
+        kernel_name, f"the pending launch of '{kernel_name}'")
+    if isinstance(grid, list):
+        grid = tuple(grid)
     key = (tuple(map(id, args)), grid) if plans is not None else None
     if key is not None:
         plan = plans.get(key)
-        if plan is not None and plan.epoch == ownership_epoch() and \
+        if plan is not None and plan.epoch == _EPOCH[0] and \
                 all(a is b for a, b in zip(plan.args, args)):
             loans = _take_loans(plan.borrows, holder, where, stream) if lend else []
             return PreparedLaunch(plan.specialization, plan.grid, plan.args, loans, where,
@@ -250,7 +256,7 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
         if len(plans) >= PLAN_CACHE_SIZE:
             plans.clear()
         plan = plans[key] = LaunchPlan(tuple(args), ownership_epoch(), spec, g, device,
-                                       borrows, {})
+                                       borrows, {}, _borrowed_partitions(args))
     return PreparedLaunch(spec, g, tuple(args), loans, where, device, plan)
 
 
@@ -284,13 +290,20 @@ def borrow_for_replay(launches: Sequence[tuple[Any, Sequence[Any]]], holder: str
     return loans
 
 
+def _borrowed_partitions(args: Sequence[Any]) -> list:
+    """The output partitions made by ``borrow_mut`` (a launch spends them)."""
+    return [p for _, p in _outputs(args) if p.is_borrowed]
+
+
 def recover(prepared: PreparedLaunch, stream: Any) -> tuple[Any, ...]:
     """Hand back the very objects the caller passed. The launch's loans (and the borrow of
     borrowed partitions) end when ``stream`` is synchronized, i.e. when the host knows the
     work is complete; later work on the same stream may use the arguments meanwhile."""
     for loan in prepared.loans:
         loan.stream = stream
-    borrowed = [p for _, p in _outputs(prepared.args) if p.is_borrowed]
+    plan = prepared.plan
+    borrowed = plan.borrowed_partitions if plan is not None else \
+        _borrowed_partitions(prepared.args)
     stream.on_complete(prepared.loans, borrowed, prepared.where)
     return prepared.args
 

@@ -64,7 +64,3 @@ class TileIRExecutable:
                                         hint="split the tensor into smaller views")
                 packed.append(np.int32(n))
         return packed
-
-    def launch(self, prepared: Any, all_params: Sequence[Param], stream: Any) -> None:
-        cuda.launch(stream.native, self.handle, prepared.grid, self.pack(prepared.args,
-                                                                         all_params))
