@@ -2,18 +2,19 @@
 repeated N times, driven per-op with .sync(), as one chained pipeline with a final sync, awaited
 in asyncio, and replayed from a recorded graph. Reports microseconds per op.
 
-Run: ``python benchmarks/execution_modes.py [--device cuda:0] [--out DIR]``. The reference
-measured in the same process is torch.add on the same tensors (per op, one sync at the end),
-when torch can see the device. Not a test: it prints a table and writes CSV (and a PNG plot if
-matplotlib is installed).
+Run: ``python -m benchmarks modes [--device cuda:0] [--out DIR]`` (or this file as a script).
+Each mode has a same-process torch reference on tensors of the same size: per-op sync against
+torch.add followed by a device synchronize, chained and async against N torch.add calls and one
+synchronize, graph replay against a torch CUDA graph of N torch.add calls. On the cpu device
+there is no torch reference. Not a test: it prints a table and writes CSV and a PNG plot.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -22,10 +23,13 @@ import numpy as np
 import tilesafe as ts
 import tilesafe.core as tc
 
+if __package__ in (None, ""):  # run as a script: make the suite's package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import _harness as h  # noqa: E402
+
 SIZES = (1, 10, 100, 1000)
 LENGTH = 2048
-COLUMNS = ("benchmark", "dtype", "size", "variant", "value", "unit", "reference",
-           "reference_value", "ratio")
+MODES = ("per_op_sync", "chained_sync", "async", "graph_replay")
 
 
 @ts.kernel
@@ -87,86 +91,122 @@ def _time(fn, repeats):
     return statistics.median(samples)
 
 
-def _torch_reference(device, n, repeats):
+def _torch_references(device, n, repeats):
+    """Seconds per pipeline of n torch.add calls, for each mode (None without torch/cuda)."""
     try:
         import torch
     except ImportError:
         return None
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if not device.startswith("cuda") or not torch.cuda.is_available():
         return None
     a = torch.randn(LENGTH, dtype=torch.float16, device=device)
     b = torch.randn(LENGTH, dtype=torch.float16, device=device)
     out = torch.empty_like(a)
 
-    def run():
+    def per_op():
         for _ in range(n):
             torch.add(a, b, out=out)
-        if device.startswith("cuda"):
             torch.cuda.synchronize()
-    run()
-    return _time(run, repeats)
+
+    def chained():
+        for _ in range(n):
+            torch.add(a, b, out=out)
+        torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    chained()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for _ in range(n):
+            torch.add(a, b, out=out)
+
+    def replay():
+        graph.replay()
+        torch.cuda.synchronize()
+    per_op(), replay()
+    chain_s = _time(chained, repeats)
+    return {"per_op_sync": _time(per_op, repeats), "chained_sync": chain_s, "async": chain_s,
+            "graph_replay": _time(replay, repeats)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", default=str(ts.default_device()))
-    parser.add_argument("--out", default=None, help="directory for CSV and plot")
-    args = parser.parse_args()
-    z, x, y = _tensors(args.device)
+def _driver_floor(z, x, y, results_at_1000: dict) -> list:
+    """What the driver alone costs on this host: the kernel's packed launch (the one tilesafe
+    enqueues) called in a bare loop, with one synchronize at the end and with one after each
+    launch. The difference to the modes is tilesafe's host work per launch."""
+    from tilesafe.exec.stream import next_stream
+    from tilesafe.runtime import cuda
+    add(z, x, y).sync()
+    packed = next(p.backend["packed"] for p in add._plans.values() if "packed" in p.backend)
+    stream = next_stream(x.device)
+    handle, n = stream.native_handle, SIZES[-1]
+
+    def chained():
+        for _ in range(n):
+            cuda.launch_packed(handle, packed)
+        stream.native.sync()
+
+    def per_op():
+        for _ in range(n):
+            cuda.launch_packed(handle, packed)
+            stream.native.sync()
+    floors = {"chained_sync": _time(chained, 3) / n * 1e6,
+              "per_op_sync": _time(per_op, 3) / n * 1e6}
+    print(f"driver floor at N={n}: bare launches {floors['chained_sync']:.3f} us/op, launch+sync "
+          f"{floors['per_op_sync']:.3f} us/op")
+    return [h.Row("execution_modes", "f16", str(n), mode, results_at_1000[mode], "us/op",
+                  "bare cuLaunchKernel" + ("+sync" if mode == "per_op_sync" else ""),
+                  floors[mode], lower_is_better=True) for mode in floors]
+
+
+def run(out: Path = None, device: str = None, quick: bool = False) -> list:
+    """The sweep; returns the rows and writes execution_modes.csv/.png under ``out``."""
+    device = device or str(ts.default_device())
+    z, x, y = _tensors(device)
     rows = []
     per_op_sync(3, z, x, y)  # warm up: compile and load
     modes = {"per_op_sync": per_op_sync, "chained_sync": chained_sync}
     for n in SIZES:
         repeats = 5 if n <= 100 else 3
-        ref = _torch_reference(args.device, n, repeats)
+        refs = _torch_references(device, n, repeats)
         results = {name: _time(lambda: fn(n, z, x, y), repeats) for name, fn in modes.items()}
         results["async"] = awaited_timing(n, z, x, y, repeats)
         graph = graph_builder(n, z, x, y)
         graph.replay()
         results["graph_replay"] = _time(graph.replay, repeats)
         for name, seconds in results.items():
-            us = seconds / n * 1e6
-            ref_us = ref / n * 1e6 if ref is not None else None
-            rows.append(dict(benchmark="execution_modes", dtype="f16", size=n, variant=name,
-                             value=f"{us:.3f}", unit="us/op",
-                             reference="torch.add" if ref_us else "",
-                             reference_value=f"{ref_us:.3f}" if ref_us else "",
-                             ratio=f"{ref_us / us:.3f}" if ref_us else ""))
-    print(f"execution modes on {args.device} (length {LENGTH}, f16), microseconds per op")
-    print(f"{'N':>6} " + " ".join(f"{m:>14}" for m in
-                                  ("per_op_sync", "chained_sync", "async", "graph_replay",
-                                   "torch.add")))
+            ref = refs[name] / n * 1e6 if refs else None
+            reference = ("torch.add CUDA graph" if name == "graph_replay" else
+                         "torch.add+sync" if name == "per_op_sync" else "torch.add") if refs else ""
+            rows.append(h.Row("execution_modes", "f16", str(n), name, seconds / n * 1e6,
+                              "us/op", reference, ref, lower_is_better=True))
+    if device.startswith("cuda"):
+        rows.extend(_driver_floor(z, x, y, results_at_1000={
+            r.variant: r.value for r in rows if r.size == str(SIZES[-1])}))
+    print(f"execution modes on {device} (length {LENGTH}, f16), microseconds per op "
+          "(torch reference of the same mode in brackets)")
+    print(f"{'N':>6} " + " ".join(f"{m:>22}" for m in MODES))
     for n in SIZES:
-        cells = {r["variant"]: r for r in rows if r["size"] == n}
-        ref = cells["per_op_sync"]["reference_value"] or "-"
-        print(f"{n:>6} " + " ".join(f"{cells[m]['value']:>14}" for m in
-                                    ("per_op_sync", "chained_sync", "async", "graph_replay"))
-              + f" {ref:>14}")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "execution_modes.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for mode in ("per_op_sync", "chained_sync", "async", "graph_replay"):
-                pts = [(r["size"], float(r["value"])) for r in rows if r["variant"] == mode]
-                ax.plot(*zip(*pts), marker="o", label=mode)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("ops per pipeline (N)")
-            ax.set_ylabel("us per op")
-            ax.set_title(f"tilesafe execution modes ({args.device})")
-            ax.legend()
-            fig.tight_layout()
-            fig.savefig(out / "execution_modes.png", dpi=120)
-        except ImportError:
-            print("matplotlib not installed: no plot")
+        cells = {r.variant: r for r in rows if r.size == str(n) and "bare" not in r.reference}
+        print(f"{n:>6} " + " ".join(
+            f"{cells[m].value:>12.3f} [{cells[m].reference_value or 0:>7.3f}]" for m in MODES))
+    if out is not None:
+        out = Path(out)
+        h.write_csv(rows, out / "execution_modes.csv")
+        sweep = [r for r in rows if "bare" not in r.reference]
+        series = {m: [(int(r.size), r.value) for r in sweep if r.variant == m] for m in MODES}
+        for m in ("per_op_sync", "graph_replay"):
+            series[f"torch {m}"] = [(int(r.size), r.reference_value) for r in sweep
+                                    if r.variant == m and r.reference_value]
+        h.plot(out / "execution_modes.png", f"tilesafe execution modes ({device})", series,
+               "ops per pipeline (N)", "us per op")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--out", default=None, help="directory for CSV and plot")
+    args = parser.parse_args()
+    run(args.out, args.device)
 
 
 if __name__ == "__main__":

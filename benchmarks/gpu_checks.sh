@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: environment facts, the GPU test suite, the whole CPU suite's
-# kernels on cuda:0, and the launch-mode sweep. Logs and CSVs go to $OUT (or ./gpu-out).
-# Usage (from the repository root, with .gpu/ and .whl/ carried): bash benchmarks/gpu_checks.sh
+# One call on the GPU machine runs any of these stages, in order:
+#   gpu    the GPU test suite (tests/gpu)
+#   suite  the whole CPU suite's kernels on cuda:0
+#   modes  the launch-mode sweep (benchmarks/execution_modes.py)
+#   quick  the benchmark suite on a few sizes      full  the whole benchmark suite
+# Everything lands in $OUT/results.tar.gz (the device tool returns at most 8 files) plus the
+# console. Usage, from the repository root with .gpu/ and .whl/ carried:
+#   bash benchmarks/gpu_checks.sh gpu modes quick
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+WORK=/tmp/gpu-results; rm -rf "$WORK"; mkdir -p "$WORK"
 source .gpu/gpu-env.sh
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site"
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site:$PWD"
 fi
 export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; \
-  python3 -m tilesafe info; } 2>&1 | tee "$OUT/env.txt"
-stage=${1:-all}
-if [ "$stage" = all ] || [ "$stage" = gpu ]; then
-  timeout 300 python3 -m pytest tests/gpu -q -p no:cacheprovider -x -rf 2>&1 | tail -60 \
-    | tee "$OUT/gpu_tests.log"
-fi
-if [ "$stage" = all ] || [ "$stage" = suite ]; then
-  TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -q -p no:cacheprovider -rf \
-    -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$OUT/suite_on_cuda.log" 2>&1
-  grep -E "^FAILED|^ERROR| passed| failed" "$OUT/suite_on_cuda.log" | cut -c1-160 | tail -45
-fi
-if [ "$stage" = all ] || [ "$stage" = modes ]; then
-  timeout 200 python3 benchmarks/execution_modes.py --device cuda:0 --out "$OUT" 2>&1 \
-    | tee "$OUT/execution_modes.txt"
-fi
+  python3 -m tilesafe info; } 2>&1 | tee "$WORK/env.txt"
+for stage in "${@:-gpu modes}"; do
+  case "$stage" in
+    gpu) timeout 180 python3 -m pytest tests/gpu -q -p no:cacheprovider -rf 2>&1 \
+           | tail -40 | tee "$WORK/gpu_tests.log" ;;
+    suite) TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -q -p no:cacheprovider \
+             -rf -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$WORK/suite_on_cuda.log" 2>&1
+           grep -E "^FAILED|^ERROR| passed| failed" "$WORK/suite_on_cuda.log" | cut -c1-160 | tail -30 ;;
+    modes) timeout 150 python3 -m benchmarks modes --out "$WORK" 2>&1 | tee "$WORK/modes.txt" ;;
+    quick) timeout 250 python3 -m benchmarks elementwise gemm --quick --out "$WORK" 2>&1 \
+             | tee "$WORK/bench_quick.txt" ;;
+    full) timeout 575 python3 -m benchmarks all --out "$WORK" 2>&1 | tee "$WORK/bench.txt" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+tar -czf "$OUT/results.tar.gz" -C "$WORK" .
