@@ -20,9 +20,9 @@ export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
   python3 -m tilesafe info; } 2>&1 | tee "$WORK/env.txt"
 for stage in "${@:-gpu modes}"; do
   case "$stage" in
-    gpu) timeout 180 python3 -m pytest tests/gpu -q -p no:cacheprovider -rf 2>&1 \
+    gpu) timeout 180 python3 -m pytest tests/gpu -p no:cacheprovider -rf 2>&1 \
            | tail -40 | tee "$WORK/gpu_tests.log" ;;
-    suite) TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -q -p no:cacheprovider \
+    suite) TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -p no:cacheprovider \
              -rf -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$WORK/suite_on_cuda.log" 2>&1
            grep -E "^FAILED|^ERROR| passed| failed" "$WORK/suite_on_cuda.log" | cut -c1-160 | tail -30 ;;
     modes) timeout 150 python3 -m benchmarks modes --out "$WORK" 2>&1 | tee "$WORK/modes.txt" ;;
