@@ -240,3 +240,23 @@ def test_repeated_launches_with_an_explicit_grid_list_reuse_the_plan():
     with pytest.raises(ts.errors.PartitionError, match="differs from the grid"):
         fill.launch(z, 3.0, grid=[2]).sync()
     assert np.array_equal(z.unpartition().numpy(), np.full(16, 2.0))
+
+
+def test_a_pipeline_repeating_one_launch_keeps_its_loans_until_the_sync():
+    x = _ones(64)
+    seen = []
+
+    def step(res):
+        with pytest.raises(BorrowError):  # x is lent (shared) to the launches still pending
+            ts.borrow_mut(x).partition(16)
+        seen.append(len(x._alloc.loans))
+        return axpy(res[0], x, 1.0)
+    op = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    for _ in range(4):
+        op = op.then(step)
+    z, *_ = op.sync_on(ts.Stream())
+    assert seen == [1, 1, 1, 1]  # repeated launches share one counted loan per range
+    assert x._alloc.loans == []
+    t = z.unpartition()
+    assert t._alloc.loans == [] and np.array_equal(t.numpy(), np.full(64, 5.0))
+    ts.borrow_mut(x).partition(16)  # free again once the pipeline has completed

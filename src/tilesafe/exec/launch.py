@@ -59,7 +59,7 @@ class LaunchOp(DeviceOp[tuple]):
 
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location):
-        DeviceOp.__init__(self, None, None)
+        self._run = self._label = self._driven_at = None
         self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
         self._early: Optional[PreparedLaunch] = None
         for a in args:

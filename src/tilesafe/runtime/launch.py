@@ -44,6 +44,7 @@ class LaunchPlan:
     borrows: list
     backend: dict
     borrowed_partitions: list
+    stream_loans: tuple = (None, ())
 
 
 PLAN_CACHE_SIZE = 8
@@ -147,6 +148,26 @@ def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> lis
             for alloc, lo, hi, mutable, _ in borrows]
 
 
+def _plan_loans(plan: LaunchPlan, holder: str, where: Location, stream: Any) -> list[Loan]:
+    """The loans of a repeated launch. When the plan's previous launch on this same stream
+    still holds all its loans, the new launch shares them (one more use each) without checking
+    again: while those loans live, no conflicting loan can have been taken (work on other
+    streams and the host are refused by them), and the ownership epoch is unchanged."""
+    last_stream, loans = plan.stream_loans
+    if stream is not None and last_stream is stream and loans:
+        for loan in loans:
+            if loan.count <= 0:
+                break
+        else:
+            for loan in loans:
+                loan.count += 1
+            return list(loans)
+    loans = _take_loans(plan.borrows, holder, where, stream)
+    if stream is not None:
+        plan.stream_loans = (stream, tuple(loans))
+    return loans
+
+
 def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                    where: Location) -> Device:
     """The one device every tensor argument lives on (the default device if none)."""
@@ -233,10 +254,11 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
         grid = tuple(grid)
     key = (tuple(map(id, args)), grid) if plans is not None else None
     if key is not None:
+        # A plan holds its argument objects, so their ids cannot be reused while it is cached:
+        # equal ids are the same objects.
         plan = plans.get(key)
-        if plan is not None and plan.epoch == _EPOCH[0] and \
-                all(a is b for a, b in zip(plan.args, args)):
-            loans = _take_loans(plan.borrows, holder, where, stream) if lend else []
+        if plan is not None and plan.epoch == _EPOCH[0]:
+            loans = _plan_loans(plan, holder, where, stream) if lend else []
             return PreparedLaunch(plan.specialization, plan.grid, plan.args, loans, where,
                                   plan.device, plan)
     if len(args) != len(params):
