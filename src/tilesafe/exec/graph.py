@@ -45,6 +45,7 @@ class CudaGraph:
         self._recording = False
         self._ready = False
         self._captured: Any = None
+        self._all_capturable: Optional[bool] = None
 
     @classmethod
     def scope(cls, stream: Optional[Stream] = None) -> "CudaGraph":
@@ -88,8 +89,7 @@ class CudaGraph:
 
         def run(default_stream: Stream) -> None:
             target = stream or self.stream or default_stream
-            if target.device.kind == "cuda" and self.nodes and \
-                    all(hasattr(n, "capture") for n in self.nodes):
+            if target.device.kind == "cuda" and self._capturable():
                 self._replay_captured(target)
                 return
             for node in self.nodes:
@@ -97,6 +97,14 @@ class CudaGraph:
         device = self.stream.device if self.stream else (
             self.nodes[0].device if self.nodes and hasattr(self.nodes[0], "device") else None)
         return DeviceOp(run, f"graph of {len(self.nodes)} node(s)", device)
+
+    def _capturable(self) -> bool:
+        """Whether every node can be captured into one CUDA graph (computed once per node
+        list)."""
+        if self._all_capturable is None:
+            self._all_capturable = bool(self.nodes) and all(hasattr(n, "capture")
+                                                            for n in self.nodes)
+        return self._all_capturable
 
     def _replay_captured(self, stream: Stream) -> None:
         """Replay as one CUDA graph launch: the nodes are captured once (per stream); each
@@ -110,14 +118,17 @@ class CudaGraph:
             distinct = {}
             for n in self.nodes:  # one representative launch per distinct argument tuple
                 distinct.setdefault(tuple(map(id, n.args)), (n.kernel, n.args))
-            self._captured = (cuda.finish_graph(builder), list(distinct.values()))
-        graph, launches = self._captured
+            per_kernel: dict = {}
+            for n in self.nodes:
+                per_kernel[n.kernel] = per_kernel.get(n.kernel, 0) + 1
+            self._captured = (cuda.finish_graph(builder), list(distinct.values()), per_kernel)
+        graph, launches, per_kernel = self._captured
         loans = borrow_for_replay(launches, f"a replay of a graph of {len(self.nodes)} node(s)",
                                   self.nodes[0].where, stream)
         graph.launch(stream.native)
         stream.on_complete(loans, [], self.nodes[0].where)
-        for node in self.nodes:
-            node.kernel.launch_count += 1
+        for kernel, count in per_kernel.items():
+            kernel.launch_count += count
 
     def replay(self) -> None:
         """Replay once and wait: ``graph.launch().sync()``."""
@@ -150,6 +161,7 @@ class CudaGraph:
             raise DeviceOpError(f"{where}: update() needs {len(self.nodes)} node(s) like the "
                                 f"recorded graph, got {len(nodes)}")
         self._captured = None  # the next replay captures the new work
+        self._all_capturable = None
         for old, new in zip(self.nodes, nodes):
             why = old.compatible(new)
             if why:
