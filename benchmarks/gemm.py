@@ -1,6 +1,6 @@
 """GEMM, f16 and bf16 inputs with f32 accumulation: tilesafe's tiled kernel (one output tile
-per program) and persistent kernel (a ``MappedPartitionMut``: a fixed number of programs, each
-walking the tiles it owns), the persistent kernel with ``unchecked_accesses``, cuBLAS (through
+per program, ``examples/gemm.py``) and persistent kernel (a ``MappedPartitionMut``: a fixed
+number of programs, each walking the tiles it owns, ``examples/persistent_gemm.py``), the persistent kernel with ``unchecked_accesses``, cuBLAS (through
 torch.matmul), a standard Triton GEMM and cuTile Python (tiled and persistent, best of its
 configurations), for M=N=K = 1024 ... 16384 and two non-square shapes.
 
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import tilesafe as ts
-import tilesafe.core as tc
+from examples.gemm import gemm as example_gemm
+from examples.persistent_gemm import persistent_gemm as example_persistent_gemm
 
 from . import _harness as h
 from ._references import (CUTILE_GEMM_CONFIGS, TRITON_GEMM_CONFIGS,
@@ -41,36 +42,13 @@ GROUP_ROWS = 8
 VARIANTS = ("persistent", "tiled", "unchecked", "cublas", "triton", "cutile")
 
 
-def _tiled(z: tc.MutTensor["T", ("BM", "BN")], x: tc.Tensor["T", (-1, -1)],
-           y: tc.Tensor["T", (-1, -1)], BM: tc.Const[int], BN: tc.Const[int],
-           BK: tc.Const[int]):
-    px, py = x.partition((BM, BK)), y.partition((BK, BN))
-    i, j, _ = tc.get_tile_block_id()
-    acc = tc.zeros((BM, BN), tc.f32)
-    for k in range(tc.num_tiles(px, 1)):
-        acc = tc.mma(px.load((i, k)), py.load((k, j)), acc)
-    z.store(acc.astype(z.dtype))
-
-
-def _persistent(z: tc.MappedPartitionMut["T", ("BM", "BN"), "G"], x: tc.Tensor["T", (-1, -1)],
-                y: tc.Tensor["T", (-1, -1)], BM: tc.Const[int], BN: tc.Const[int],
-                BK: tc.Const[int]):
-    px, py = x.partition((BM, BK)), y.partition((BK, BN))
-    for idx in z.iter_indices():
-        m, n = idx.coords()
-        acc = tc.zeros((BM, BN), tc.f32)
-        for k in range(tc.num_tiles(px, 1)):
-            acc = tc.mma(px.load((m, k)), py.load((k, n)), acc)
-        z.store(acc.astype(z.dtype), idx)
-
-
 _KERNELS: dict = {}
 
 
 def gemm_kernel(style: str, hints: tuple, unchecked: bool = False) -> Any:
     key = (style, hints, unchecked)
     if key not in _KERNELS:
-        fn = _tiled if style == "tiled" else _persistent
+        fn = (example_gemm if style == "tiled" else example_persistent_gemm).fn
         _KERNELS[key] = ts.kernel(fn, unchecked_accesses=unchecked,
                                   hints={"default": dict(hints)} if hints else None)
     return _KERNELS[key]

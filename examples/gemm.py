@@ -1,4 +1,5 @@
-"""A tiled GEMM: f16 inputs, f32 accumulation on the K loop with ``mma``, f16 output.
+"""A tiled GEMM: f16 or bf16 inputs (the dtype name ``T``), f32 accumulation on the K loop with
+``mma``, output in the input dtype.
 
 Each tile program owns one BM x BN tile of the output; the inputs are shared and read through
 partitions. Extents need not divide the tiles: edge tiles are padded with zeros on load (which
@@ -14,15 +15,15 @@ import tilesafe.core as tc
 
 
 @ts.kernel
-def gemm(z: tc.MutTensor[tc.f16, ("BM", "BN")], x: tc.Tensor[tc.f16, (-1, -1)],
-         y: tc.Tensor[tc.f16, (-1, -1)], BM: tc.Const[int], BN: tc.Const[int],
+def gemm(z: tc.MutTensor["T", ("BM", "BN")], x: tc.Tensor["T", (-1, -1)],
+         y: tc.Tensor["T", (-1, -1)], BM: tc.Const[int], BN: tc.Const[int],
          BK: tc.Const[int]):
     px, py = x.partition((BM, BK)), y.partition((BK, BN))
     i, j, _ = tc.get_tile_block_id()
     acc = tc.zeros((BM, BN), tc.f32)
     for k in range(tc.num_tiles(px, 1)):
         acc = tc.mma(px.load((i, k)), py.load((k, j)), acc)
-    z.store(acc.astype(tc.f16))
+    z.store(acc.astype(z.dtype))
 
 
 def main(m: int = 200, n: int = 136, k: int = 100, tiles=(64, 64, 32)) -> float:

@@ -15,8 +15,8 @@ import tilesafe.core as tc
 
 
 @ts.kernel
-def persistent_gemm(z: tc.MappedPartitionMut[tc.f16, ("BM", "BN"), "M"],
-                    x: tc.Tensor[tc.f16, (-1, -1)], y: tc.Tensor[tc.f16, (-1, -1)],
+def persistent_gemm(z: tc.MappedPartitionMut["T", ("BM", "BN"), "M"],
+                    x: tc.Tensor["T", (-1, -1)], y: tc.Tensor["T", (-1, -1)],
                     BM: tc.Const[int], BN: tc.Const[int], BK: tc.Const[int]):
     px, py = x.partition((BM, BK)), y.partition((BK, BN))
     for idx in z.iter_indices():
@@ -24,7 +24,7 @@ def persistent_gemm(z: tc.MappedPartitionMut[tc.f16, ("BM", "BN"), "M"],
         acc = tc.zeros((BM, BN), tc.f32)
         for k in range(tc.num_tiles(px, 1)):
             acc = tc.mma(px.load((m, k)), py.load((k, n)), acc)
-        z.store(acc.astype(tc.f16), idx)
+        z.store(acc.astype(z.dtype), idx)
 
 
 def main(m: int = 200, n: int = 136, k: int = 100, programs: int = 5) -> float:

@@ -95,14 +95,11 @@ def test_elementwise_f32_bit_exact(rng):
 @pytest.mark.parametrize("m,n,k", [(256, 256, 256), (200, 136, 100)])
 def test_tiled_gemm_low_precision(rng, dtype, m, n, k):
     gemm = _example("gemm").gemm
-    if dtype is ts.bfloat16:
-        pytest.skip("the example kernel is f16; bf16 runs through the benchmark kernels")
-    a = rng.standard_normal((m, k)).astype(np.float16)
-    b = rng.standard_normal((k, n)).astype(np.float16)
-    z, *_ = gemm(poisoned((m, n), ts.float16).partition((64, 64)), ts.tensor(a, device=GPU),
-                 ts.tensor(b, device=GPU), 64, 64, 32).sync()
+    a = ts.tensor(rng.standard_normal((m, k)), dtype=dtype, device=GPU).sync()
+    b = ts.tensor(rng.standard_normal((k, n)), dtype=dtype, device=GPU).sync()
+    z, *_ = gemm(poisoned((m, n), dtype).partition((64, 64)), a, b, 64, 64, 32).sync()
     out = z.unpartition().numpy().astype(np.float64)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ref = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-2
 
 

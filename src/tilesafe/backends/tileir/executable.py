@@ -1,4 +1,5 @@
-"""A kernel compiled for one GPU: cubin loading, argument packing and launch.
+"""A kernel compiled for one GPU: cubin loading and argument packing (``runtime.cuda.
+PackedLaunch`` lays the packed arguments out once per launch plan and launches them).
 
 The argument list follows the lowering's ABI (``abi_signature``): for each tensor, partition
 and mapped partition parameter the base address (plus the view's byte offset), then every
