@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from .._callsite import caller_location
 from ..errors import Location
 from ..runtime.allocation import release_all
 from ..runtime.launch import PreparedLaunch, prepare
 from .deviceop import DeviceOp, resolve
-from .stream import Stream, current_stream
+from .stream import Stream, current_stream, next_stream
 
 
 class KernelNode:
@@ -74,6 +75,18 @@ class LaunchOp(DeviceOp[tuple]):
     @property
     def label(self) -> str:
         return f"{self._kernel.name}(...) launched at {self._where}"
+
+    def sync(self) -> tuple:
+        """Run on the device's next pool stream and wait. A launch validated at creation
+        takes a direct path (it runs no nested ops, so no pipeline state is needed)."""
+        if self._early is None or self._driven_at is not None:
+            return DeviceOp.sync(self)
+        stream = next_stream(self.device)
+        self._driven_at = ("driven", caller_location())
+        try:
+            return self._kernel._run_prepared(self._early, stream)
+        finally:
+            stream.synchronize()
 
     def __del__(self) -> None:
         # an op dropped without being driven (or recorded) gives its loans back
