@@ -260,3 +260,10 @@ def test_a_pipeline_repeating_one_launch_keeps_its_loans_until_the_sync():
     t = z.unpartition()
     assert t._alloc.loans == [] and np.array_equal(t.numpy(), np.full(64, 5.0))
     ts.borrow_mut(x).partition(16)  # free again once the pipeline has completed
+
+
+def test_map_runs_after_completion_so_it_may_read_the_results():
+    x = _ones(16)
+    op = axpy(ts.zeros(16).partition(8), x, 2.0).map(lambda r: r[0].unpartition().numpy())
+    then_read = ts.zip(op, ts.full(2, 1.0)).then(lambda r: r[0].sum() + r[1].numpy().sum())
+    assert then_read.sync() == 34.0

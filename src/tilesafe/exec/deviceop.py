@@ -101,9 +101,13 @@ class DeviceOp(Generic[T]):
         return _Chain(self, [fn])
 
     def map(self, fn: Callable[[T], U]) -> "DeviceOp[U]":
-        """Transform the result on the host after the op completes."""
-        return DeviceOp(lambda stream: fn(self._execute(stream)), f"{self.label}.map",
-                        self.device)
+        """Transform the result on the host after the op completes: the stream is synchronized
+        first (ending the op's borrows), so ``fn`` may read the tensors it receives."""
+        def run(stream: Stream) -> U:
+            result = self._execute(stream)
+            stream.synchronize()
+            return fn(result)
+        return DeviceOp(run, f"{self.label}.map", self.device)
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "DeviceOp[Any]":
         """Partition the tensor this op produces (see ``Tensor.partition``)."""
