@@ -116,9 +116,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
     rows: list = []
     search_rows: list = []
     skipped: dict = {}
-    unsafe = ts.unsafe()
-    unsafe.__enter__()  # the unchecked variant needs it; the safe one ignores it
-    try:
+    with ts.unsafe():  # the unchecked variant needs it; the safe one ignores it
         for n in (QUICK_SIZES if quick else SIZES):
             sets = _Sets(n, device, generator)
             add_bytes, copy_bytes = 12 * n, 8 * n
@@ -191,12 +189,11 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
                               "safe and unchecked cubins identical", float(same_code), "bool"))
             print(f"  n=2^{int(math.log2(n))}: safe {tbs['safe']:.3f} TB/s ({config}), "
                   f"unchecked {tbs['unchecked']:.3f}, torch.add {tbs['torch.add']:.3f}, "
-                  f"copy_ {tbs['d2d_copy']:.3f}, copy kernel {tbs.get('copy_kernel', 0):.3f}; spread (max-min)/median: "
+                  f"copy_ {tbs['d2d_copy']:.3f}, copy kernel {tbs.get('copy_kernel', 0):.3f}; "
+                  "spread (max-min)/median: "
                   + ", ".join(f"{k} {v:.1%}" for k, v in spread.items()), flush=True)
             del sets
             torch.cuda.empty_cache()
-    finally:
-        unsafe.__exit__(None, None, None)
     for name, why in skipped.items():
         print(f"  (column {name} skipped: {why})")
     h.write_csv(rows, out / "elementwise.csv")

@@ -281,9 +281,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
     rows: list = []
     search_rows: list = []
     skipped: dict = {}
-    unsafe = ts.unsafe()
-    unsafe.__enter__()  # for the unchecked variant
-    try:
+    with ts.unsafe():  # for the unchecked variant
         for dtype in DTYPES:
             shapes = QUICK_SHAPES if quick else SHAPES
             for shape in shapes:
@@ -302,8 +300,6 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
                           ("persistent", "tiled"))
                 del problem
                 torch.cuda.empty_cache()
-    finally:
-        unsafe.__exit__(None, None, None)
     for name, why in skipped.items():
         print(f"  (skipped {name}: {why})")
     h.write_csv(rows, out / "gemm.csv")
