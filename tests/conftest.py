@@ -1,7 +1,11 @@
-"""Shared test helpers: a seeded RNG and poisoned outputs (NaN or a sentinel), so an element a
-kernel fails to write is caught."""
+"""Shared test helpers: a seeded RNG, poisoned outputs (NaN or a sentinel, so an element a
+kernel fails to write is caught), the line of a ``# <- tag`` marker in a test file, and
+integer wrap-around."""
 
 from __future__ import annotations
+
+import functools
+import re
 
 import numpy as np
 import pytest
@@ -20,6 +24,29 @@ def poisoned(shape, dtype=ts.float32):
     value = float("nan") if dtype.is_float else (True if dtype.is_bool else -123
                                                  if dtype.is_signed else 123)
     return ts.full(shape, value, dtype).sync()
+
+
+@functools.lru_cache(maxsize=None)
+def _lines(path: str) -> tuple[str, ...]:
+    with open(path, encoding="utf-8") as f:
+        return tuple(f.read().splitlines())
+
+
+def marker_line(path: str, tag: str) -> int:
+    """The 1-based line of file ``path`` that carries the marker ``# <- tag`` (exactly one)."""
+    pattern = re.compile(rf"# <- {re.escape(tag)}(\s|$)")
+    hits = [i + 1 for i, line in enumerate(_lines(path)) if pattern.search(line)]
+    assert len(hits) == 1, f"marker {tag!r} found {len(hits)} times"
+    return hits[0]
+
+
+def wrap(v: int, dtype) -> int:
+    """A Python int wrapped modulo 2**bits into ``dtype``'s range."""
+    m = 1 << dtype.bits
+    v %= m
+    if dtype.is_signed and v >= m >> 1:
+        v -= m
+    return v
 
 
 def pytest_configure(config):

@@ -8,27 +8,22 @@ in this file, so the expected locations never go stale when the file is edited.
 """
 
 import os
-import re
 
 import numpy as np
 import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
+from conftest import marker_line
 from tilesafe.errors import (BroadcastError, CompileError, DTypeError, KernelNameError,
                              SafetyError, ShapeError, SignatureError, TileShapeError,
                              UnsupportedSyntaxError)
 
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
 
 
 def here(tag: str) -> int:
     """The 1-based line of this file that carries the marker ``# <- tag``."""
-    pattern = re.compile(rf"# <- {re.escape(tag)}(\s|$)")
-    hits = [i + 1 for i, line in enumerate(_LINES) if pattern.search(line)]
-    assert len(hits) == 1, f"marker {tag!r} found {len(hits)} times"
-    return hits[0]
+    return marker_line(__file__, tag)
 
 
 def out(n: int = 16, tile: int = 8, dtype=ts.float32):

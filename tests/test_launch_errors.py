@@ -9,30 +9,25 @@ launch site is that line whether the launch is checked when it is created or whe
 """
 
 import os
-import re
 
 import numpy as np
 import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
+from conftest import marker_line
 from tilesafe.errors import (AliasingError, ArgumentError, CompileError, DeviceOpError,
                              DTypeMismatchError, LaunchError, MovedError, PartitionError,
                              PartitionRankError, RankMismatchError, SignatureError,
                              TileShapeMismatchError, UnsafeError)
 from tilesafe.runtime.tensor import Tensor
 
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
 FILE = os.path.abspath(__file__)
 
 
 def here(tag: str) -> int:
     """The 1-based line of this file that carries the marker ``# <- tag``."""
-    pattern = re.compile(rf"# <- {re.escape(tag)}(\s|$)")
-    hits = [i + 1 for i, line in enumerate(_LINES) if pattern.search(line)]
-    assert len(hits) == 1, f"marker {tag!r} found {len(hits)} times"
-    return hits[0]
+    return marker_line(__file__, tag)
 
 
 def site(tag: str) -> str:

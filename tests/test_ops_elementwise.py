@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import tilesafe as ts
 import tilesafe.core as tc
-from conftest import poisoned
+from conftest import poisoned, wrap
 from tilesafe.errors import DTypeError
 
 SHAPE, TILE = (7, 13), (4, 8)  # 2x2 grid with partial edge tiles on both axes
@@ -37,15 +37,6 @@ FLOAT_FORMATS = {"float16": (11, -14, 15), "bfloat16": (8, -126, 127),
 
 # ---------------------------------------------------------------------------------------------
 # exact references
-
-
-def wrap(v: int, dtype) -> int:
-    """A Python int wrapped modulo 2**bits into ``dtype``'s range."""
-    m = 1 << dtype.bits
-    v %= m
-    if dtype.is_signed and v >= m >> 1:
-        v -= m
-    return v
 
 
 def round_exact(value, dtype) -> float:

@@ -18,20 +18,12 @@ from hypothesis import strategies as st
 
 import tilesafe as ts
 import tilesafe.core as tc
-from conftest import poisoned
+from conftest import poisoned, wrap
 from tilesafe.errors import CompileError, DTypeError, ShapeError
 
 INT_DTYPES = [ts.int8, ts.int16, ts.int32, ts.int64, ts.uint8, ts.uint16, ts.uint32, ts.uint64]
 FLOAT_DTYPES = [ts.float16, ts.bfloat16, ts.float32, ts.float64]
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
-
-
-def wrap(v: int, dtype) -> int:
-    m = 1 << dtype.bits
-    v %= m
-    if dtype.is_signed and v >= m >> 1:
-        v -= m
-    return v
 
 
 def bf16_round(a) -> np.ndarray:

@@ -5,7 +5,6 @@ the kernel's source line (marked ``# <- tag``). Afterwards the arguments are usa
 """
 
 import os
-import re
 
 import numpy as np
 import pytest
@@ -14,19 +13,15 @@ import tilesafe as ts
 import tilesafe.core as tc
 
 pytestmark = pytest.mark.interpreter_only("the interpreter's out-of-bounds diagnostics")
+from conftest import marker_line
 from tilesafe.errors import KernelRuntimeError, TilesafeError
 
-with open(__file__, encoding="utf-8") as _f:
-    _LINES = _f.read().splitlines()
 FILE = os.path.abspath(__file__)
 
 
 def here(tag: str) -> int:
     """The 1-based line of this file that carries the marker ``# <- tag``."""
-    pattern = re.compile(rf"# <- {re.escape(tag)}(\s|$)")
-    hits = [i + 1 for i, line in enumerate(_LINES) if pattern.search(line)]
-    assert len(hits) == 1, f"marker {tag!r} found {len(hits)} times"
-    return hits[0]
+    return marker_line(__file__, tag)
 
 
 def runtime_error(thunk) -> str:
