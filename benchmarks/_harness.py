@@ -179,29 +179,11 @@ def relative_error(result: Any, reference: Any) -> float:
 
 # -- timing ---------------------------------------------------------------------------------
 
-def median_ms(run: Callable[[Callable[[], None]], None], stream: Any, *, warmup: int = 3,
-              samples: int = 25) -> float:
-    """Median milliseconds of ``run``, timed with CUDA events on the torch ``stream``.
-
-    ``run(mark_end)`` enqueues the work on ``stream``, calls ``mark_end()`` right after
-    enqueueing it (before any host synchronization) and may then synchronize."""
-    import torch
-    for _ in range(warmup):
-        run(lambda: None)
-    stream.synchronize()
-    times = []
-    for _ in range(samples):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        run(lambda: end.record(stream))
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def interleaved_ms(runs: dict, stream: Any, *, rounds: int = 21, warmup: int = 2) -> dict:
-    """Median, lowest and highest milliseconds of each ``run(mark_end)`` in ``runs``, timed in
+    """Median, lowest and highest milliseconds of each ``run(mark_end)`` in ``runs``, timed
+    with CUDA events on the torch ``stream``. ``run(mark_end)`` enqueues its work on
+    ``stream``, calls ``mark_end()`` right after enqueueing it (before any host
+    synchronization) and may then synchronize. The variants are timed in
     rounds that run every variant once, in a new random order each round, so that a drift of
     the GPU's clocks (it throttles under sustained matrix work) and the position in a round
     affect all variants alike."""
@@ -229,6 +211,13 @@ def same_machine_code(safe: Any, unchecked: Any, args: tuple) -> bool:
     """Whether the safe and the unchecked kernel compile to the same cubin for ``args`` (then
     safety costs nothing on the device by construction, whatever the timings' noise says)."""
     return safe.compile(*args).cubin == unchecked.compile(*args).cubin
+
+
+def median_ms(run: Callable[[Callable[[], None]], None], stream: Any, *, warmup: int = 3,
+              samples: int = 25) -> float:
+    """Median milliseconds of one ``run(mark_end)``, timed with CUDA events on the torch
+    ``stream`` (see :func:`interleaved_ms`)."""
+    return interleaved_ms({"run": run}, stream, rounds=samples, warmup=warmup)["run"][0]
 
 
 def torch_graph(stream: Any, body: Callable[[], None]) -> Callable[[Callable[[], None]], None]:
