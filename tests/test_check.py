@@ -48,3 +48,17 @@ def test_check_reports_signature_errors_at_import(tmp_path, capsys):
                     "def k(z: tc.MutTensor[tc.f32, (-1,)]):\n    pass\n")
     assert main(["check", str(path)]) == 1
     assert f"{path}:5" in capsys.readouterr().out
+
+
+def test_check_binds_unnamed_runtime_scalars_of_every_type(tmp_path, capsys):
+    path = tmp_path / "scalars.py"
+    path.write_text(textwrap.dedent('''
+        import tilesafe as ts
+        import tilesafe.core as tc
+
+        @ts.kernel(examples=[{"S": (64,)}])
+        def pick(z: tc.MutTensor[tc.f32, "S"], flag: bool, alpha: float, n: int):
+            z.store(tc.where(flag, z.load() * alpha, z.load()))
+    '''))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "ok      pick" in capsys.readouterr().out

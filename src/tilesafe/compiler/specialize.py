@@ -264,8 +264,7 @@ def specialize_from_names(kernel_name: str, params: list[Param],
             if isinstance(spec, ConstSpec) and p.name not in bindings:
                 raise ArgumentError(f"kernel '{kernel_name}': no value for tc.Const parameter "
                                     f"'{p.name}'", hint=f"add '{p.name}': ... to the example")
-            value = bindings.get(p.name, 0.0 if isinstance(spec, ScalarSpec)
-                                 and spec.dtype.is_float else 0)
+            value = bindings.get(p.name, _zero_of(spec))
             infos.append(ArgInfo("const", value=value))
         elif isinstance(spec, PointerSpec):
             infos.append(ArgInfo("tensor", spec.dtype, (1,)))
@@ -279,3 +278,11 @@ def specialize_from_names(kernel_name: str, params: list[Param],
         else:
             infos.append(ArgInfo("tensor", resolve_dtype(spec.dtype), resolve_shape(spec.shape)))
     return specialize(kernel_name, params, infos)
+
+
+def _zero_of(spec) -> object:
+    """A stand-in value for a runtime scalar the example does not bind (its type is what
+    matters for the specialization)."""
+    if isinstance(spec, ScalarSpec) and spec.dtype.is_bool:
+        return False
+    return 0.0 if isinstance(spec, ScalarSpec) and spec.dtype.is_float else 0
