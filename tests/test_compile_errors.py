@@ -290,6 +290,16 @@ def k_device_partition_not_pow2(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f3
     z.store(px.load(0))
 
 
+@ts.kernel
+def k_arange_tuple(z: tc.MutTensor[tc.f32, "S"]):
+    z.store(tc.reshape(tc.arange((4, 2), tc.f32), (8,)))  # <- arange-tuple
+
+
+def test_arange_of_a_shape_tuple_is_a_shape_error():
+    check(compile_error(k_arange_tuple, out()), ShapeError, "size is one integer",
+          "arange-tuple", "k_arange_tuple", "tc.arange(16)")
+
+
 _STATIC, _POW2 = "tc.Const[int]", "power"
 TILE_SHAPE_CASES = [
     (k_shape_from_tensor_extent, "not a compile-time constant", "shape-extent", _STATIC),

@@ -106,7 +106,11 @@ def _build_arange(b, n, dtype=dt.int32):
     converts the integers with the dtype's rounding (exact up to 2**24 in f32, 2**11 in f16,
     2**8 in bf16).
     """
-    (n,) = b.shape_arg(n, "arange size")
+    size = b.shape_arg(n, "arange size")
+    if len(size) != 1:
+        raise b.error(ShapeError, f"arange makes a 1-D tile: its size is one integer, got {n}",
+                      "e.g. tc.arange(16); reshape or broadcast the result for more axes")
+    (n,) = size
     dtype = b.dtype_arg(dtype, "arange")
     b.check_tile_shape((n,))
     if dtype.is_int:
