@@ -370,8 +370,8 @@ class FunctionLowering:
             self.range_loop(node, [self.expr(a) for a in iterable.args])
             return
         seq = self.expr(iterable)
-        if isinstance(seq, IndexStream):
-            self.mapped_loop(node, seq.partition)
+        if isinstance(seq, IndexStream):  # for idx in z.iter_indices(): see ops/mapped.py
+            self.emit_loop(node, *seq.loop(self.b))
             return
         if isinstance(seq, tuple):  # compile-time sequence: unrolled
             for item in seq:
@@ -396,15 +396,6 @@ class FunctionLowering:
                                  f"{describe(v)}")
         lbv, ubv, stepv = self.b.coerce([lb, ub, step], "range bounds")
         self.emit_loop(node, lbv, ubv, stepv, lambda iv: iv)
-
-    def mapped_loop(self, node: ast.For, partition: Value) -> None:
-        """``for idx in z.iter_indices()``: tile ids from this block's id, strided by the number
-        of blocks, each mapped to owned tile coordinates (see ops/mapped.py)."""
-        first = self.b.emit1("tile_block_id", (), {"axis": 0})
-        stride = self.b.emit1("num_tile_blocks", (), {"axis": 0})
-        count = self.b.emit1("mapped_count", (partition,))
-        self.emit_loop(node, first, count, stride,
-                       lambda iv: self.b.emit1("mapped_index", (partition, iv)))
 
     def emit_loop(self, node: ast.For, lbv: Value, ubv: Value, stepv: Value,
                   bind: Any) -> None:

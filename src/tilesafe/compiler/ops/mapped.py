@@ -139,6 +139,16 @@ class IndexStream:
 
     partition: Value
 
+    def loop(self, b) -> tuple:
+        """The schedule as a loop: ``(lower, upper, step, bind)``, where ``bind`` maps the
+        induction variable to a partition index. Tile ids run from this block's id, strided by
+        the number of blocks, up to the number of owned-tile slots; ``mapped_index`` turns an
+        id into the coordinates of a tile this program owns."""
+        first = b.emit1("tile_block_id", (), {"axis": 0})
+        stride = b.emit1("num_tile_blocks", (), {"axis": 0})
+        count = b.emit1("mapped_count", (self.partition,))
+        return first, count, stride, lambda iv: b.emit1("mapped_index", (self.partition, iv))
+
 
 def _index_arg(b, z, idx) -> Value:
     if not isinstance(idx, Value):
