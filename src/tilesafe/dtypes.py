@@ -168,6 +168,16 @@ def int_to_float64_odd(value: int) -> float:
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
+def constant_source(value: Any, dtype: "DType") -> Any:
+    """The number to round when a compile-time ``value`` becomes a ``dtype`` constant: an exact
+    Python int bound for a float narrower than f64 goes through :func:`int_to_float64_odd`, so
+    it is rounded once; anything else is returned unchanged."""
+    if dtype.is_float and dtype.bits < 64 and isinstance(value, int) \
+            and not isinstance(value, bool):
+        return int_to_float64_odd(value)
+    return value
+
+
 def _make(name: str, short: str, kind: str, bits: int, storage: str, compute: str, dl: int) -> DType:
     return DType(name, short, kind, bits, np.dtype(storage), np.dtype(compute), dl)
 

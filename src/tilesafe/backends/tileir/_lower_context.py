@@ -201,9 +201,7 @@ class LoweringContext:
         if dtype.is_bool:
             data: Any = np.asarray(value).astype(bool)
         elif dtype.is_float:
-            if isinstance(value, int) and not isinstance(value, bool) and dtype.bits < 64:
-                value = dt.int_to_float64_odd(value)  # the exact integer, rounded once
-            wide = np.asarray(value, dtype=np.float64)
+            wide = np.asarray(dt.constant_source(value, dtype), dtype=np.float64)
             data = np.asarray(dtype.round(wide)).reshape(wide.shape)
         else:
             data = np.asarray(value)

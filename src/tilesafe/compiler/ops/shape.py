@@ -25,10 +25,8 @@ def _constant_rule(types, attrs):
 
 
 def _constant_eval(ctx, attrs):
-    dtype, value = attrs["dtype"], attrs["value"]
-    if dtype.is_float and dtype.bits < 64 and isinstance(value, int) \
-            and not isinstance(value, bool):
-        value = dt.int_to_float64_odd(value)  # round the exact integer once
+    dtype = attrs["dtype"]
+    value = dt.constant_source(attrs["value"], dtype)  # an exact integer is rounded once
     return dtype.round(np.full(attrs["shape"], value,
                                dtype=np.float64 if dtype.is_float else dtype.compute))
 
