@@ -24,18 +24,14 @@ from ..builder import describe
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import MappedPartitionType, PartitionIndexType, TileType
-from .memory import TensorBinding, access_hints, load_tile, store_tile, stored_tile
+from .memory import MutTensorBinding, access_hints, load_tile, store_tile, stored_tile
 
 
 @dataclass(frozen=True)
-class MappedBinding(TensorBinding):
+class MappedBinding(MutTensorBinding):
     """A mapped partition argument: the whole output, its tile shape and map shape."""
 
-    tile_shape: tuple[int, ...] = ()
     map_shape: tuple[int, ...] = ()
-
-    def grid(self) -> tuple[int, ...]:
-        return tuple(-(-d // t) for d, t in zip(self.data.shape, self.tile_shape))
 
 
 def mapped_coords(tile_id: int, grid: tuple[int, ...], map_shape: tuple[int, ...]):

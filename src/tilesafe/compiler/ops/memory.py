@@ -51,7 +51,7 @@ class PartitionBinding:
     padding: str
 
     def grid(self) -> tuple[int, ...]:
-        return tuple(-(-d // t) for d, t in zip(self.tensor.data.shape, self.tile_shape))
+        return tile_grid(self.tensor.data.shape, self.tile_shape)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,11 @@ def _tile_slices(shape, index, tile_shape):
     return tuple(slice(i * t, min(i * t + t, d)) for i, t, d in zip(index, tile_shape, shape))
 
 
+def tile_grid(shape, tile_shape) -> tuple[int, ...]:
+    """Tiles per axis when ``shape`` is cut into ``tile_shape`` tiles (edge tiles partial)."""
+    return tuple(-(-d // t) for d, t in zip(shape, tile_shape))
+
+
 def _check_index(ctx, what: str, index, grid) -> None:
     if any(i < 0 or i >= g for i, g in zip(index, grid)):
         ctx.fail(f"{what} index {tuple(int(i) for i in index)} is outside the tile grid "
@@ -76,7 +81,7 @@ def _check_index(ctx, what: str, index, grid) -> None:
 def load_tile(ctx, tensor: TensorBinding, index, tile_shape, padding: str = "zero",
               what: str = "partition"):
     """The tile at tile coordinates ``index``; out-of-tensor elements are padding."""
-    grid = tuple(-(-d // t) for d, t in zip(tensor.data.shape, tile_shape))
+    grid = tile_grid(tensor.data.shape, tile_shape)
     _check_index(ctx, what, index, grid)
     part = tensor.dtype.to_compute(tensor.data[_tile_slices(tensor.data.shape, index,
                                                             tile_shape)])
@@ -199,6 +204,9 @@ class MutTensorBinding(TensorBinding):
     """A partitioned output: the whole tensor and the partition's tile shape."""
 
     tile_shape: tuple[int, ...] = ()
+
+    def grid(self) -> tuple[int, ...]:
+        return tile_grid(self.data.shape, self.tile_shape)
 
 
 def _build_mut_load(b, z, *, latency=None, allow_tma=None):
