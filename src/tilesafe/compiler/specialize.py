@@ -44,7 +44,7 @@ class Specialization:
     consts: tuple[tuple[str, Any], ...] = field(compare=False)
     types: tuple[tuple[str, Union[TensorViewType, TileType, PointerType]], ...]
     bound_names: tuple[tuple[str, Any], ...]
-    consts_key: tuple = ()
+    consts_key: tuple = field(init=False, default=())  # derived from consts
 
     def __post_init__(self) -> None:
         # Constants are compared by type and exact value: 0.0 and -0.0 differ, NaN equals NaN,
