@@ -22,11 +22,13 @@ from typing import Optional, Sequence
 from ... import dtypes as dt
 from ...compiler.ir import Operation
 from ...compiler.ir import Value as IRValue
+from ...compiler.ops.memory import tile_grid
 from ...compiler.types import MappedPartitionType
 from ...dtypes import DType
 from ._builder_core import Value
 from ._lower_context import LoweringContext, PartitionArg, TensorArg, lowers, memory_type
-from .enums import ComparisonPredicate, RoundingMode, Signedness
+from .enums import RoundingMode, Signedness
+from .lower_arith import convert
 from .types import I32, I64, TileType
 
 __all__ = ["view_requests"]
@@ -72,24 +74,21 @@ def access_hints(op: Operation) -> Optional[dict]:
 
 def load_view(lw: LoweringContext, view: Value, indices: Sequence[Value], dtype: DType, *,
               ordered: bool, hints: Optional[dict] = None) -> Value:
-    """Load a tile through a partition view (bounds-checked unless the kernel is unchecked);
-    ``ordered`` accesses join the token chain."""
+    """Load a tile through a partition view (padded past the edge); ``ordered`` accesses (those
+    ``LoweringContext.needs_token`` selects) join the token chain."""
     tile, token = lw.fn.load_view_tko(view, list(indices),
                                       token=lw.token if ordered else None,
                                       inbounds=[lw.inbounds] * len(indices), hints=hints)
     if ordered:
         lw.token = token
-    if dtype.is_bool:
-        tile = lw.fn.cmpi(ComparisonPredicate.NE, tile, lw.like(0, dt.int8, tile),
-                          signedness=Signedness.UNSIGNED)
-    return tile
+    return convert(lw, tile, dt.int8, dt.bool_) if dtype.is_bool else tile
 
 
 def store_view(lw: LoweringContext, tile: Value, view: Value, indices: Sequence[Value],
                dtype: DType, hints: Optional[dict] = None) -> None:
     """Store a tile through a partition view (masked at the edge), in the token chain."""
     if dtype.is_bool:
-        tile = lw.fn.select(tile, lw.like(1, dt.int8, tile), lw.like(0, dt.int8, tile))
+        tile = convert(lw, tile, dt.bool_, dt.int8)
     lw.token = lw.fn.store_view_tko(tile, view, list(indices), token=lw.token,
                                     inbounds=[lw.inbounds] * len(indices), hints=hints)
 
@@ -123,7 +122,7 @@ def tile_count(lw: LoweringContext, tensor: TensorArg, axis: int, tile: int) -> 
     """``ceil(dim / tile)`` as i32 (folded when the dim is static)."""
     dim = tensor.dims[axis]
     if isinstance(dim, int):
-        return lw.i32(-(-dim // tile))
+        return lw.i32(tile_grid((dim,), (tile,))[0])
     if tile == 1:
         return dim
     return lw.fn.divi(dim, lw.i32(tile), signedness=SIGNED, rounding=RoundingMode.POSITIVE_INF)
@@ -149,8 +148,8 @@ def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
     (z,) = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
     view = _view(lw, z, shape, "zero")
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype, ordered=True,
-                                hints=access_hints(op)))
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype,
+                                ordered=lw.needs_token(op), hints=access_hints(op)))
 
 
 @lowers("mut_store")
@@ -166,8 +165,8 @@ def lower_load_like(lw: LoweringContext, op: Operation) -> None:
     x, _ = lw.operands(op)
     shape = tuple(op.operands[1].type.shape)
     view = _view(lw, x, shape, op.attrs["padding"])
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype, ordered=False,
-                                hints=access_hints(op)))
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype,
+                                ordered=lw.needs_token(op), hints=access_hints(op)))
 
 
 @lowers("make_partition")
@@ -181,8 +180,8 @@ def lower_make_partition(lw: LoweringContext, op: Operation) -> None:
 def lower_partition_load(lw: LoweringContext, op: Operation) -> None:
     p, *index = lw.operands(op)
     indices = [lw.index_i32(v, ir.type.dtype) for v, ir in zip(index, op.operands[1:])]
-    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype, ordered=False,
-                                hints=access_hints(op)))
+    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype,
+                                ordered=lw.needs_token(op), hints=access_hints(op)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +246,7 @@ def lower_index_coord(lw: LoweringContext, op: Operation) -> None:
 def lower_mapped_load(lw: LoweringContext, op: Operation) -> None:
     z, index = lw.operands(op)
     view = _view(lw, z, tuple(op.operands[0].type.tile_shape), "zero")
-    lw.set_result(op, load_view(lw, view, index, z.dtype, ordered=True,
+    lw.set_result(op, load_view(lw, view, index, z.dtype, ordered=lw.needs_token(op),
                                 hints=access_hints(op)))
 
 
@@ -290,10 +289,7 @@ def lower_ptr_load(lw: LoweringContext, op: Operation) -> None:
         padding = (lw.fn.constant(int(bool(value)), TileType(memory_type(dtype), mask.type.shape))
                    if dtype.is_bool else lw.like(value, dtype, mask))
     tile, lw.token = lw.fn.load_ptr_tko(pointers, mask=mask, padding=padding, token=lw.token)
-    if dtype.is_bool:
-        tile = lw.fn.cmpi(ComparisonPredicate.NE, tile, lw.like(0, dt.int8, tile),
-                          signedness=Signedness.UNSIGNED)
-    lw.set_result(op, tile)
+    lw.set_result(op, convert(lw, tile, dt.int8, dt.bool_) if dtype.is_bool else tile)
 
 
 @lowers("ptr_store")
@@ -303,7 +299,7 @@ def lower_ptr_store(lw: LoweringContext, op: Operation) -> None:
     dtype: DType = op.operands[0].type.dtype
     pointers = _pointers(lw, ptr, offsets, op.operands[1].type.dtype)
     if dtype.is_bool:
-        value = lw.fn.select(value, lw.like(1, dt.int8, value), lw.like(0, dt.int8, value))
+        value = convert(lw, value, dt.bool_, dt.int8)
     lw.token = lw.fn.store_ptr_tko(pointers, value, mask=rest[0] if rest else None,
                                    token=lw.token)
 
