@@ -54,6 +54,11 @@ def scalar_type(dtype: DType) -> ScalarType:
     return _SCALARS[dtype]
 
 
+def signedness(dtype: DType) -> Signedness:
+    """How integer ops treat values of ``dtype`` (Tile IR integers are signless)."""
+    return Signedness.SIGNED if dtype.is_signed else Signedness.UNSIGNED
+
+
 def memory_type(dtype: DType) -> ScalarType:
     """The Tile IR element type of ``dtype`` in global memory (bool is one byte, i8)."""
     return I8 if dtype.is_bool else _SCALARS[dtype]
@@ -236,8 +241,7 @@ class LoweringContext:
         if element == I32:
             return value
         if element.bits < 32:
-            return self.fn.exti(value, I32, signedness=Signedness.SIGNED if dtype.is_signed
-                                else Signedness.UNSIGNED)
+            return self.fn.exti(value, I32, signedness=signedness(dtype))
         return self.fn.trunci(value, I32)
 
 

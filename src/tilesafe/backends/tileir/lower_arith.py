@@ -28,13 +28,10 @@ from ...compiler.ir import Operation
 from ...dtypes import DType
 from ._builder_core import Value
 from ._lower_context import HALF_FLOATS, LoweringContext, lowers, scalar_type
+from ._lower_context import signedness as _sign
 from .enums import ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness
 
 __all__: list[str] = []
-
-
-def _sign(dtype: DType) -> Signedness:
-    return Signedness.SIGNED if dtype.is_signed else Signedness.UNSIGNED
 
 
 def _dtype(op: Operation, index: int = 0) -> DType:

@@ -19,8 +19,7 @@ from ...compiler.ir import Block, Operation
 from ...compiler.types import TileType as IRTileType
 from ...errors import CompileError
 from ._builder_core import Value
-from ._lower_context import LoweringContext, lowers, scalar_type, tile_type
-from .enums import Signedness
+from ._lower_context import LoweringContext, lowers, scalar_type, signedness, tile_type
 from .types import I32, TOKEN
 
 __all__: list[str] = []
@@ -46,7 +45,7 @@ def lower_for(lw: LoweringContext, op: Operation) -> None:
     lb, ub, step, *inits = lw.operands(op)
     (body,) = op.regions
     dtype = op.operands[0].type.dtype
-    sign = Signedness.SIGNED if dtype.is_signed else Signedness.UNSIGNED
+    sign = signedness(dtype)
     narrow = scalar_type(dtype).bits < 32
     if narrow:
         lb, ub, step = (lw.fn.exti(v, I32, signedness=sign) for v in (lb, ub, step))

@@ -26,7 +26,8 @@ from ...compiler.ops.memory import tile_grid
 from ...compiler.types import MappedPartitionType
 from ...dtypes import DType
 from ._builder_core import Value
-from ._lower_context import LoweringContext, PartitionArg, TensorArg, lowers, memory_type
+from ._lower_context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
+                             signedness)
 from .enums import RoundingMode, Signedness
 from .lower_arith import convert
 from .types import I32, I64, TileType
@@ -266,8 +267,7 @@ def _pointers(lw: LoweringContext, base: Value, offsets: Value, dtype: DType) ->
     fn = lw.fn
     bits = offsets.type.element.bits
     if bits < 32:
-        offsets = fn.exti(offsets, I32, signedness=SIGNED if dtype.is_signed
-                          else Signedness.UNSIGNED)
+        offsets = fn.exti(offsets, I32, signedness=signedness(dtype))
     elif bits == 32 and not dtype.is_signed:
         offsets = fn.exti(offsets, I64, signedness=Signedness.UNSIGNED)
     shape = offsets.type.shape

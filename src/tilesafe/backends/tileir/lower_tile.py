@@ -22,15 +22,11 @@ from ...compiler.ir import Operation
 from ...dtypes import DType
 from ._builder_core import Value
 from ._lower_context import HALF_FLOATS, LoweringContext, lowers, scalar_type
+from ._lower_context import signedness as _sign
 from .attributes import FloatAttr, IntegerAttr
-from .enums import Signedness
 from .types import F32
 
 __all__: list[str] = []
-
-
-def _sign(dtype: DType) -> Signedness:
-    return Signedness.SIGNED if dtype.is_signed else Signedness.UNSIGNED
 
 
 @lowers("constant")
