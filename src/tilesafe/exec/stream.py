@@ -14,6 +14,7 @@ import itertools
 import threading
 from typing import Any, Optional
 
+from ..runtime.allocation import release_all
 from ..runtime.device import Device, as_device
 
 POOL_SIZE = 4
@@ -73,8 +74,7 @@ class Stream:
         if self.device.kind == "cuda":
             self.native.sync()
         pending, self._pending = self._pending, []
-        for loan in pending:
-            loan.allocation.release(loan)
+        release_all(pending)
         spent, self._spent = self._spent, []
         for partition, where in spent:
             partition._spend("was borrowed by a launch that completed", where)

@@ -163,7 +163,6 @@ def launch_packed(stream_handle: Any, packed: PackedLaunch) -> None:
     """Enqueue ``packed`` on the stream ``stream_handle`` (a CUstream)."""
     if getattr(_THREAD, "index", None) != packed.index:
         make_current(packed.index)  # contexts are per thread (await drives on other threads)
-        _THREAD.index = packed.index
     gx, gy, gz = packed.grid
     (err,) = _LAUNCH_KERNEL(packed.function, gx, gy, gz, 1, 1, 1, 0, stream_handle,
                             packed.address, 0)

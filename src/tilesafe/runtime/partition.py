@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import Location, MovedError, PartitionError
 from .._callsite import caller_location
+from ..compiler.ops.memory import tile_grid
 from .allocation import bump_ownership_epoch
 from .tensor import Tensor
 
@@ -66,7 +67,7 @@ class Partition:
     @property
     def grid(self) -> tuple[int, ...]:
         """Number of tiles per axis: ``ceil(extent / tile)``."""
-        return tuple(-(-d // t) for d, t in zip(self._tensor.shape, self.tile_shape))
+        return tile_grid(self._tensor.shape, self.tile_shape)
 
     # -- ownership ------------------------------------------------------------------------
     def _check_usable(self, action: str) -> None:

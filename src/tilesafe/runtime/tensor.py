@@ -185,7 +185,7 @@ class Tensor:
         """
         self._check_access("read this tensor", write=False)
         from .memory import read
-        return np.array(self.dtype.to_compute(read(self)), copy=True)
+        return self.dtype.to_compute(read(self))  # read() already returns a fresh copy
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "Partition":
         """Move this tensor into a partition of ``tile_shape`` tiles (one per tile program).
