@@ -5,8 +5,10 @@ in asyncio, and replayed from a recorded graph. Reports microseconds per op.
 Run: ``python -m benchmarks modes [--device cuda:0] [--out DIR]`` (or this file as a script).
 Each mode has a same-process torch reference on tensors of the same size: per-op sync against
 torch.add followed by a device synchronize, chained and async against N torch.add calls and one
-synchronize, graph replay against a torch CUDA graph of N torch.add calls. On the cpu device
-there is no torch reference. Not a test: it prints a table and writes CSV and a PNG plot.
+synchronize, graph replay against a torch CUDA graph of N torch.add calls. At N=1000 the graph
+is also timed with CUDA events in interleaved rounds, launched as programmatic dependents (the
+default) and fully serialized, against torch's graph. On the cpu device there is no torch
+reference. Not a test: it prints a table and writes CSV and a PNG plot.
 """
 
 from __future__ import annotations
@@ -157,6 +159,37 @@ def _driver_floor(z, x, y, results_at_1000: dict) -> list:
                   floors[mode], lower_is_better=True) for mode in floors]
 
 
+def _graph_launch_order(z, x, y) -> list:
+    """Graph replay at N=1000 with the kernels launched as programmatic dependents (the
+    default: each may start while its predecessor finishes, and waits for it before touching
+    memory) against the same graph captured with fully serialized launches, and torch's CUDA
+    graph: CUDA-event medians over interleaved rounds in one process."""
+    import torch
+    n = SIZES[-1]
+    torch_stream = torch.cuda.Stream()
+    stream = ts.Stream.wrap(torch_stream, device=x.device)
+    packed = next(p.backend["packed"] for p in add._plans.values() if "packed" in p.backend)
+    runs = {}
+    for name, programmatic in (("programmatic", True), ("serialized", False)):
+        packed.programmatic = programmatic  # read when the graph is captured (first replay)
+        run = h.tilesafe_graph(stream, lambda: (add(z, x, y) for _ in range(n)))
+        run(lambda: None)
+        runs[name] = run
+    packed.programmatic = True
+    a, b = (torch.randn(LENGTH, dtype=torch.float16, device=str(x.device)) for _ in range(2))
+    out = torch.empty_like(a)
+    runs["torch"] = h.torch_graph(torch_stream, lambda: [torch.add(a, b, out=out)
+                                                          for _ in range(n)])
+    times = h.interleaved_ms(runs, torch_stream, rounds=21)
+    per_op = {name: t[0] * 1e3 / n for name, t in times.items()}
+    print(f"graph replay at N={n}, interleaved event timing: programmatic "
+          f"{per_op['programmatic']:.3f} us/op, serialized {per_op['serialized']:.3f}, "
+          f"torch {per_op['torch']:.3f}")
+    return [h.Row("execution_modes", "f16", str(n), f"graph_replay_{name}", per_op[name],
+                  "us/op", "torch.add CUDA graph (events)", per_op["torch"],
+                  lower_is_better=True) for name in ("programmatic", "serialized")]
+
+
 def run(out: Path = None, device: str = None, quick: bool = False) -> list:
     """The sweep; returns the rows and writes execution_modes.csv/.png under ``out``."""
     device = device or str(ts.default_device())
@@ -179,19 +212,21 @@ def run(out: Path = None, device: str = None, quick: bool = False) -> list:
             rows.append(h.Row("execution_modes", "f16", str(n), name, seconds / n * 1e6,
                               "us/op", reference, ref, lower_is_better=True))
     if device.startswith("cuda"):
-        rows.extend(_driver_floor(z, x, y, results_at_1000={
-            r.variant: r.value for r in rows if r.size == str(SIZES[-1])}))
+        at_1000 = {r.variant: r.value for r in rows if r.size == str(SIZES[-1])}
+        rows.extend(_driver_floor(z, x, y, results_at_1000=at_1000))
+        rows.extend(_graph_launch_order(z, x, y))
     print(f"execution modes on {device} (length {LENGTH}, f16), microseconds per op "
           "(torch reference of the same mode in brackets)")
     print(f"{'N':>6} " + " ".join(f"{m:>22}" for m in MODES))
     for n in SIZES:
-        cells = {r.variant: r for r in rows if r.size == str(n) and "bare" not in r.reference}
+        cells = {r.variant: r for r in rows if r.size == str(n) and r.variant in MODES
+                 and "bare" not in r.reference}
         print(f"{n:>6} " + " ".join(
             f"{cells[m].value:>12.3f} [{cells[m].reference_value or 0:>7.3f}]" for m in MODES))
     if out is not None:
         out = Path(out)
         h.write_csv(rows, out / "execution_modes.csv")
-        sweep = [r for r in rows if "bare" not in r.reference]
+        sweep = [r for r in rows if r.variant in MODES and "bare" not in r.reference]
         series = {m: [(int(r.size), r.value) for r in sweep if r.variant == m] for m in MODES}
         for m in ("per_op_sync", "graph_replay"):
             series[f"torch {m}"] = [(int(r.size), r.reference_value) for r in sweep

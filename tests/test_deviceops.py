@@ -247,8 +247,11 @@ def test_a_pipeline_repeating_one_launch_keeps_its_loans_until_the_sync():
     seen = []
 
     def step(res):
-        with pytest.raises(BorrowError):  # x is lent (shared) to the launches still pending
-            ts.borrow_mut(x).partition(16)
+        # x is lent (shared) to the launches still pending: work writing it on another stream
+        # is refused (on the pipeline's own stream it would run after them)
+        writer = axpy(ts.borrow_mut(x).partition(16), _ones(64), 1.0)
+        with pytest.raises(BorrowError, match="shared borrowed by the pending launch"):
+            writer.sync_on(ts.Stream())
         seen.append(len(x._alloc.loans))
         return axpy(res[0], x, 1.0)
     op = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
@@ -260,6 +263,29 @@ def test_a_pipeline_repeating_one_launch_keeps_its_loans_until_the_sync():
     t = z.unpartition()
     assert t._alloc.loans == [] and np.array_equal(t.numpy(), np.full(64, 5.0))
     ts.borrow_mut(x).partition(16)  # free again once the pipeline has completed
+
+
+def test_a_pipeline_may_partition_what_its_earlier_launches_read():
+    """Ping-pong inside one pipeline: each launch writes the tensor the previous one read.
+    Moving a tensor into a partition (or borrowing it mutably) only hands out a handle, and
+    anything launched with it on the pipeline's stream runs after the earlier work."""
+    a, b = ts.zeros(32).sync(), _ones(32)
+    op = axpy(b.partition(8), a, 1.0)  # b = b + a
+    for _ in range(5):  # then a = a + b, b = b + a, ... alternating
+        op = op.then(lambda r: axpy(r[1].partition(8), r[0].unpartition(), 1.0))
+    out, source, _ = op.sync()
+    # (b, a): (1, 0) -> b=1 -> a=1 -> b=2 -> a=3 -> b=5 -> a=8
+    assert np.array_equal(out.unpartition().numpy(), np.full(32, 8.0))
+    assert np.array_equal(source.numpy(), np.full(32, 5.0))
+
+
+def test_a_graph_replays_its_borrowed_partitions_every_time():
+    t = ts.zeros(16).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0))
+    for _ in range(3):
+        graph.replay()
+    assert np.array_equal(t.numpy(), np.full(16, 3.0))
 
 
 def test_map_runs_after_completion_so_it_may_read_the_results():

@@ -140,9 +140,10 @@ class Kernel:
                     self.compile_count += 1
         return entry
 
-    def _launch_gpu(self, prepared: PreparedLaunch, stream: Stream) -> None:
-        """Enqueue on a GPU stream. The launch is packed once per launch plan (executable,
-        function handle, argument buffers), so a repeated launch is one driver call."""
+    def _launch_gpu(self, prepared: PreparedLaunch, stream_handle: Any) -> None:
+        """Enqueue on a GPU stream (a CUstream; a capturing one records a graph node). The
+        launch is packed once per launch plan (executable, function handle, argument buffers),
+        so a repeated launch is one driver call."""
         cached = prepared.plan.backend if prepared.plan is not None else {}
         packed = cached.get("packed")
         if packed is None:
@@ -150,8 +151,8 @@ class Kernel:
             exe = self._gpu_executable(prepared)
             packed = cached["packed"] = cuda.PackedLaunch(
                 exe.handle, prepared.grid, exe.pack(prepared.args, self.params),
-                prepared.device.index)
-        _LAUNCH_PACKED[0](stream.native_handle, packed)
+                prepared.device.index, exe.programmatic)
+        _LAUNCH_PACKED[0](stream_handle, packed)
 
     def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
         """The loaded cubin for a launch's specialization, device and argument facts
@@ -229,8 +230,10 @@ class Kernel:
 
         return LaunchOp(self, args, grid, where)
 
-    def _run_prepared(self, prepared: PreparedLaunch, stream: Stream) -> tuple:
-        """Run a validated launch to completion on ``stream`` and hand back its arguments."""
+    def _run_prepared(self, prepared: PreparedLaunch, stream: Stream, *,
+                      spend: bool = True) -> tuple:
+        """Run a validated launch to completion on ``stream`` and hand back its arguments
+        (``spend=False`` for graph replays: borrowed partitions stay with the graph)."""
         if stream.device is not prepared.device and stream.device != prepared.device:
             raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but was "
                                 f"driven on a {stream.device} stream", prepared.where,
@@ -243,10 +246,10 @@ class Kernel:
                     cached["bindings"] = interp_bindings(self.params, prepared.args)
                 cached["interpreted"].run(cached["bindings"], prepared.grid)
             else:
-                self._launch_gpu(prepared, stream)
+                self._launch_gpu(prepared, stream.native_handle)
             self.launch_count += 1
         finally:
-            results = recover(prepared, stream)
+            results = recover(prepared, stream, spend=spend)
         return results
 
     def __call__(self, *args: Any) -> DeviceOp[tuple]:

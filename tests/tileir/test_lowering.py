@@ -25,7 +25,8 @@ from tilesafe.backends.tileir import types as tir
 from tilesafe.backends.tileir._lower_context import LoweringContext, TensorArg, scalar_type
 from tilesafe.backends.tileir.enums import (
     ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness)
-from tilesafe.backends.tileir.lower import AbiArg, abi_signature, lower_kernel, normalize_facts
+from tilesafe.backends.tileir.lower import (AbiArg, abi_signature, lower_kernel, normalize_facts,
+                                           waits_for_predecessor)
 from tilesafe.compiler import registry
 from tilesafe.compiler.ir import Operation, Value as IRValue
 from tilesafe.compiler.ops.mapped import mapped_coords
@@ -487,7 +488,8 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
     text = {label: disasm(disasm_tool, code, tmp_path, label) for label, code in codes.items()}
     expected = {
         "vector_add": ["get_tile_block_id", "make_tensor_view", "make_partition_view", "addf",
-                       "load_view_tko", "store_view_tko", "make_token"],
+                       "load_view_tko", "store_view_tko", "gdc_wait_tko",
+                       "gdc_launch_dependents_tko"],
         "gemm": ["for ", "mmaf", "tile<64x32xf16>", "tile<32x64xf16>", "divi", "ftof"],
         "persistent": ["get_num_tile_blocks", "for ", "mmaf", "mini", "remi", "divi"],
         "softmax": ["padding_value = neg_inf", "reduce", "maxf", "exp", "divf"],
@@ -512,16 +514,43 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
 
 
 def test_token_chain_and_shared_loads(tool, disasm_tool, tmp_path):
+    """13.4: every access depends on the grid-dependency wait; shared loads take only its token
+    (free to reorder among themselves), mutable accesses form one chain starting from it."""
     ir = two_stores.ir(vec(300).partition(128), vec(300))
     code = assemble_all(tool, {"two_stores": ir})["two_stores"]
     ops = memory_ops(disasm(disasm_tool, code, tmp_path))
-    shared = [o for o in ops if o[0] == "load_view_tko" and not o[1]]
-    chained = [o for o in ops if o[1]]
-    assert len(shared) == 2, ops  # load_tile_like: no token
+    (wait, wait_in, gate), (launch, launch_in, _) = ops[0], ops[1]
+    assert (wait, wait_in, launch, launch_in) == ("gdc_wait_tko", "", "gdc_launch_dependents_tko",
+                                                  gate), ops
+    accesses = ops[2:]
+    shared = [o for o in accesses if o[1] == gate and o[0] == "load_view_tko"]
+    chained = [o for o in accesses if o not in shared]
+    assert len(shared) == 2, ops  # the two load_tile_like
+    assert not {o[2] for o in shared} & {o[1] for o in ops}, ops  # nothing waits on them
     assert [o[0] for o in chained] == ["store_view_tko", "load_view_tko", "store_view_tko"]
-    # each mutable access consumes the token the previous one produced
-    for before, after in zip(chained, chained[1:]):
+    assert chained[0][1] == gate, ops
+    for before, after in zip(chained, chained[1:]):  # each consumes the previous one's token
         assert after[1] == before[2], ops
+
+
+def test_bytecode_13_3_has_no_grid_dependency(tool, disasm_tool, tmp_path):
+    """Before 13.4 there is no wait: the chain starts from make_token and shared loads take no
+    token, and such a kernel must not be launched as a programmatic dependent."""
+    ir = two_stores.ir(vec(300).partition(128), vec(300))
+    text = disasm(disasm_tool, lower_kernel(ir, version=(13, 3)), tmp_path)
+    ops = memory_ops(text)
+    assert has_op(text, "make_token") and not any(o[0].startswith("gdc_") for o in ops), text
+    assert [o[0] for o in ops if not o[1]] == ["load_view_tko", "load_view_tko"], ops
+    assert waits_for_predecessor((13, 4)) and not waits_for_predecessor((13, 3))
+
+
+def test_kernel_without_memory_access_has_no_wait(disasm_tool, tmp_path):
+    @ts.kernel
+    def nothing(z: tc.MutTensor[tc.f32, "S"]):
+        tc.zeros((8,), tc.f32)
+
+    text = disasm(disasm_tool, lower_kernel(nothing.ir(vec(8).partition(8))), tmp_path)
+    assert "gdc_" not in text, text
 
 
 def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):
@@ -535,7 +564,9 @@ def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):
 
 def test_pointer_accesses_are_chained(disasm_tool, tmp_path):
     text = disasm(disasm_tool, lower_kernel(_ir_all()["raw_pointers"]), tmp_path)
-    ops = [o for o in memory_ops(text) if o[0] != "load_view_tko" or o[1]]
+    gate = memory_ops(text)[0][2]
+    ops = [o for o in memory_ops(text)[2:] if o[0] != "load_view_tko" or o[1] != gate]
+    assert ops[0][1] == gate, ops
     assert [o[0] for o in ops] == ["load_ptr_tko", "store_ptr_tko", "load_ptr_tko",
                                    "store_ptr_tko", "load_ptr_tko", "load_ptr_tko",
                                    "load_ptr_tko", "store_ptr_tko", "store_view_tko"]

@@ -30,18 +30,16 @@ class KernelNode:
 
     def capture(self, builder: Any) -> None:
         """Add this launch to a CUDA graph being built (no loans: replays take them)."""
-        from ..runtime import cuda
         k = self.kernel
         prepared = prepare(k.name, k.params, self.args, self.grid, self.where, lend=False,
                            plans=k._plans)
-        exe = k._gpu_executable(prepared)
-        cuda.launch(builder, exe.handle, prepared.grid, exe.pack(prepared.args, k.params))
+        k._launch_gpu(prepared, builder.stream.handle)
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
         prepared = prepare(k.name, k.params, self.args, self.grid, self.where,
                            stream=stream, plans=k._plans)
-        k._run_prepared(prepared, stream)
+        k._run_prepared(prepared, stream, spend=False)
 
     def compatible(self, other: Any) -> Optional[str]:
         if not isinstance(other, KernelNode) or other.kernel is not self.kernel:
@@ -56,20 +54,24 @@ class KernelNode:
 class LaunchOp(DeviceOp[tuple]):
     """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
 
-    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early")
+    __slots__ = ("_kernel", "_args", "_grid", "_where", "_early", "_early_stream")
 
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location):
         self._run = self._label = self._driven_at = None
         self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
         self._early: Optional[PreparedLaunch] = None
+        self._early_stream: Optional[Stream] = None
         for a in args:
             if isinstance(a, DeviceOp):  # the device is the one its pending arguments use
                 self.device = next((getattr(a, "device", None) for a in args
                                     if getattr(a, "device", None) is not None), None)
                 return
+        # Inside a running pipeline, work already enqueued on its stream does not block the
+        # launch; the loans are then valid for that stream only (see _perform).
+        self._early_stream = current_stream()
         self._early = prepare(kernel.name, kernel.params, args, grid, where,
-                              stream=current_stream(), plans=kernel._plans)
+                              stream=self._early_stream, plans=kernel._plans)
         self.device = self._early.device
 
     @property
@@ -79,7 +81,7 @@ class LaunchOp(DeviceOp[tuple]):
     def sync(self) -> tuple:
         """Run on the device's next pool stream and wait. A launch validated at creation
         takes a direct path (it runs no nested ops, so no pipeline state is needed)."""
-        if self._early is None or self._driven_at is not None:
+        if self._early is None or self._driven_at is not None or self._early_stream is not None:
             return DeviceOp.sync(self)
         stream = next_stream(self.device)
         self._driven_at = ("driven", caller_location())
@@ -96,10 +98,14 @@ class LaunchOp(DeviceOp[tuple]):
 
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel
-        prepared = self._early or prepare(k.name, k.params,
-                                          tuple(resolve(a, stream) for a in self._args),
-                                          self._grid, self._where, stream=stream,
-                                          plans=k._plans)
+        prepared = self._early
+        if prepared is not None and self._early_stream not in (None, stream):
+            # validated for another pipeline's stream: check again for the one it runs on
+            release_all(prepared.loans)
+            prepared = None
+        if prepared is None:
+            prepared = prepare(k.name, k.params, tuple(resolve(a, stream) for a in self._args),
+                               self._grid, self._where, stream=stream, plans=k._plans)
         return k._run_prepared(prepared, stream)
 
     def graph_nodes(self) -> Optional[list]:

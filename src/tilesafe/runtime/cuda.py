@@ -123,28 +123,22 @@ def load_kernel(cubin: bytes, name: str, index: int) -> Any:
     return _core().ObjectCode.from_cubin(cubin).get_kernel(name)
 
 
-@functools.lru_cache(maxsize=4096)
-def launch_config(grid: tuple[int, int, int]) -> Any:
-    # Tile IR kernels: block (1,1,1) and no dynamic shared memory; tileiras stores the real
-    # thread count and cluster shape in the cubin.
-    return _core().LaunchConfig(grid=grid, block=(1, 1, 1))
-
-
-def launch(stream: Any, kernel: Any, grid: tuple[int, int, int], args: Sequence[Any]) -> None:
-    """Launch through cuda.core (packs ``args`` on every call; used for graph capture)."""
-    _core().launch(stream, launch_config(tuple(grid)), kernel, *args)
-
-
 class PackedLaunch:
-    """One kernel launch laid out once for ``cuLaunchKernel``: a buffer per argument (Python
-    ints are device addresses, numpy scalars keep their dtype), the array of pointers to them,
-    and the function handle. Repeated launches of a plan reuse it, so enqueueing costs one
-    driver call and no argument conversion."""
+    """One kernel launch laid out once for the driver: a buffer per argument (Python ints are
+    device addresses, numpy scalars keep their dtype), the array of pointers to them, and the
+    function handle. Repeated launches of a plan reuse it, so enqueueing costs one driver call
+    and no argument conversion.
 
-    __slots__ = ("function", "grid", "index", "values", "pointers", "address")
+    A ``programmatic`` launch (a kernel that waits for its predecessor before touching memory,
+    see ``backends.tileir.lower``) is enqueued as a programmatic dependent of the previous
+    kernel on its stream: it may start while that kernel finishes. Its launch configuration is
+    built once per stream."""
+
+    __slots__ = ("function", "grid", "index", "values", "pointers", "address", "programmatic",
+                 "configs")
 
     def __init__(self, kernel: Any, grid: tuple[int, int, int], args: Sequence[Any],
-                 index: int):
+                 index: int, programmatic: bool = False):
         if _LAUNCH_KERNEL is None:
             _bind_driver_launch()
         self.function = _driver().CUfunction(int(kernel.handle))
@@ -154,6 +148,27 @@ class PackedLaunch:
                        for a in args]
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uintp)
         self.address = int(self.pointers.ctypes.data)
+        self.programmatic = programmatic
+        self.configs: dict[int, tuple[Any, Any]] = {}  # id(stream handle) -> (handle, config)
+
+    def config(self, stream_handle: Any) -> Any:
+        """The programmatic launch configuration of this launch on ``stream_handle``."""
+        entry = self.configs.get(id(stream_handle))
+        if entry is None or entry[0] is not stream_handle:  # the entry keeps its handle alive
+            driver = _driver()
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = (driver.CUlaunchAttributeID
+                            .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            config = driver.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = self.grid
+            config.blockDimX = config.blockDimY = config.blockDimZ = 1
+            config.sharedMemBytes = 0
+            config.hStream = stream_handle
+            config.attrs = [attribute]
+            config.numAttrs = 1
+            entry = self.configs[id(stream_handle)] = (stream_handle, config)
+        return entry[1]
 
 
 _THREAD = threading.local()  # .index: the device whose context this thread has made current
@@ -163,24 +178,31 @@ def launch_packed(stream_handle: Any, packed: PackedLaunch) -> None:
     """Enqueue ``packed`` on the stream ``stream_handle`` (a CUstream)."""
     if getattr(_THREAD, "index", None) != packed.index:
         make_current(packed.index)  # contexts are per thread (await drives on other threads)
-    gx, gy, gz = packed.grid
-    (err,) = _LAUNCH_KERNEL(packed.function, gx, gy, gz, 1, 1, 1, 0, stream_handle,
-                            packed.address, 0)
+    if packed.programmatic:
+        (err,) = _LAUNCH_KERNEL_EX(packed.config(stream_handle), packed.function,
+                                   packed.address, 0)
+    else:
+        gx, gy, gz = packed.grid
+        (err,) = _LAUNCH_KERNEL(packed.function, gx, gy, gz, 1, 1, 1, 0, stream_handle,
+                                packed.address, 0)
     if err != _SUCCESS:
         raise CudaError(f"cuLaunchKernel failed: {err}")
 
 
 def _bind_driver_launch() -> None:
-    global _LAUNCH_KERNEL, _SUCCESS
+    global _LAUNCH_KERNEL, _LAUNCH_KERNEL_EX, _SUCCESS
     driver = _driver()
     _LAUNCH_KERNEL, _SUCCESS = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
+    _LAUNCH_KERNEL_EX = driver.cuLaunchKernelEx
 
 
 _LAUNCH_KERNEL: Any = None
+_LAUNCH_KERNEL_EX: Any = None
 _SUCCESS: Any = None
 
 
 def graph_builder(stream: Any) -> Any:
+    """Start capturing ``stream``'s work into a graph; launch into ``builder.stream.handle``."""
     builder = stream.create_graph_builder()
     builder.begin_building()
     return builder

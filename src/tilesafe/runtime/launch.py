@@ -317,14 +317,15 @@ def _borrowed_partitions(args: Sequence[Any]) -> list:
     return [p for _, p in _outputs(args) if p.is_borrowed]
 
 
-def recover(prepared: PreparedLaunch, stream: Any) -> tuple[Any, ...]:
-    """Hand back the very objects the caller passed. The launch's loans (and the borrow of
-    borrowed partitions) end when ``stream`` is synchronized, i.e. when the host knows the
-    work is complete; later work on the same stream may use the arguments meanwhile."""
+def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tuple[Any, ...]:
+    """Hand back the very objects the caller passed. The launch's loans (and, with ``spend``,
+    the borrow of borrowed partitions) end when ``stream`` is synchronized, i.e. when the host
+    knows the work is complete; later work on the same stream may use the arguments meanwhile.
+    A graph replay does not spend borrowed partitions: the recorded launch keeps them."""
     for loan in prepared.loans:
         loan.stream = stream
     plan = prepared.plan
-    borrowed = plan.borrowed_partitions if plan is not None else \
+    borrowed = [] if not spend else plan.borrowed_partitions if plan is not None else \
         _borrowed_partitions(prepared.args)
     stream.on_complete(prepared.loans, borrowed, prepared.where)
     return prepared.args

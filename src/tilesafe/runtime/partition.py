@@ -168,7 +168,7 @@ class BorrowMut:
         """A partition that writes the borrowed tensor in place. The launch that takes it
         borrows the tensor exclusively until it completes."""
         t = self._tensor
-        t._check_access("borrow this tensor mutably", write=True)
+        t._check_access("borrow this tensor mutably", write=True, in_pipeline=True)
         inner = Tensor(t._alloc, t.shape, t.dtype, offset=t._offset, strides=t.strides)
         return Partition(inner, tile_shape, borrowed_from=t)
 

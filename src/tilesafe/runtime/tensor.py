@@ -151,7 +151,11 @@ class Tensor:
                              "back, and ts.borrow_mut(t).partition(...) partitions without "
                              "moving")
 
-    def _check_access(self, action: str, *, write: bool) -> None:
+    def _check_access(self, action: str, *, write: bool, in_pipeline: bool = False) -> None:
+        """Refuse ``action`` if pending work holds a conflicting loan. ``in_pipeline``: the
+        action only hands out a handle for later launches (moving into a partition, borrowing
+        mutably), so inside a running pipeline the loans of work already enqueued on its stream
+        do not conflict: anything launched with the handle there runs after that work."""
         self._check_usable(action)
         if write and self._shared_at is not None:
             raise BorrowError(f"cannot {action}: this tensor is the shared, read-only result of "
@@ -159,10 +163,15 @@ class Tensor:
                               hint="pass it as a tc.Tensor input; to modify it, copy it first "
                               "with .clone()")
         lo, hi = self.footprint()
-        self._alloc.check(lo, hi, write=write, action=action, where=caller_location())
+        stream = None
+        if in_pipeline:
+            from ..exec.stream import current_stream
+            stream = current_stream()
+        self._alloc.check(lo, hi, write=write, action=action, where=caller_location(),
+                          stream=stream)
 
     def _move(self, where: Location, action: str) -> None:
-        self._check_access(action, write=True)
+        self._check_access(action, write=True, in_pipeline=True)
         self._moved_at = where
         bump_ownership_epoch()
 

@@ -115,6 +115,7 @@ class LoweringContext:
         self.inbounds = inbounds
         self.debug = debug
         self.token: Optional[Value] = None
+        self.gate: Optional[Value] = None
         self.block_ids: Optional[tuple[Value, Value, Value]] = None
         self.num_blocks: Optional[tuple[Value, Value, Value]] = None
         self._values: dict[int, Any] = {}
@@ -188,6 +189,12 @@ class LoweringContext:
         t = op.operands[0].type
         return (isinstance(t, (MappedPartitionType, IRPointerType))
                 or (isinstance(t, TensorViewType) and t.mutable))
+
+    @staticmethod
+    def accesses_memory(op: Operation) -> bool:
+        """Whether ``op`` reads or writes global memory (through any view or pointer)."""
+        definition = registry.OPS.get(op.name)
+        return definition is not None and definition.effect != "pure"
 
     def touches_memory(self, block: Block) -> bool:
         """Whether ``block`` (nested regions included) needs the token chain."""

@@ -33,15 +33,18 @@ def _tensor_of(value: Any) -> Tensor:
 
 
 class TileIRExecutable:
-    """A loaded cubin for one specialization on one device."""
+    """A loaded cubin for one specialization on one device. ``programmatic``: the kernel waits
+    for its predecessor before touching memory, so it may be launched as a programmatic
+    dependent of the previous kernel on its stream (``runtime.cuda.PackedLaunch``)."""
 
     def __init__(self, kernel: KernelIR, params: Sequence[Param], cubin: bytes,
-                 device_index: int):
+                 device_index: int, programmatic: bool = False):
         self.kernel = kernel
         self.params = [p for p in params if not isinstance(p.spec, ConstSpec)]
         self.kinds = {p.name: p.kind for p in kernel.params}
         self.cubin = cubin
         self.handle = cuda.load_kernel(cubin, kernel.name, device_index)
+        self.programmatic = programmatic
 
     def pack(self, args: Sequence[Any], all_params: Sequence[Param]) -> list[Any]:
         packed: list[Any] = []

@@ -16,6 +16,9 @@ from . import cache
 
 BYTECODE_VERSION = (13, 4)
 OPT_LEVEL = 3
+#: Programmatic dependent launch (overlapping a launch with the previous kernel's tail) needs
+#: Hopper or newer.
+PROGRAMMATIC_CAPABILITY = (9, 0)
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,15 @@ def load(kernel: KernelIR, params: Any, result: CubinResult, device_index: int,
          rebuild) -> Any:
     """Load a cubin; a cubin the driver rejects is evicted and rebuilt once, never trusted."""
     from .executable import TileIRExecutable
+    from .lower import waits_for_predecessor
+    from ...runtime import cuda
+    programmatic = (waits_for_predecessor(BYTECODE_VERSION)
+                    and cuda.compute_capability(device_index) >= PROGRAMMATIC_CAPABILITY)
     try:
-        return TileIRExecutable(kernel, params, result.cubin, device_index)
+        return TileIRExecutable(kernel, params, result.cubin, device_index, programmatic)
     except Exception:
         if not result.compiled:
             cache.evict(result.key)
             fresh = rebuild()
-            return TileIRExecutable(kernel, params, fresh.cubin, device_index)
+            return TileIRExecutable(kernel, params, fresh.cubin, device_index, programmatic)
         raise

@@ -31,11 +31,23 @@ tile-block count, the block (1, 1, 1), dynamic shared memory 0 (DESIGN.md sectio
 Token scheme
 ------------
 Accesses through mutable views (MutTensor load/store, mapped partition load/store, raw pointer
-load/store) form ONE chain: ``make_token`` at entry, and each access takes the current token
+load/store) form ONE chain: it starts at entry (from ``make_token``, or from the grid-dependency
+wait described below), and each access takes the current token
 and yields the next, so every such access is ordered after the previous one. Through ``for``
 the token is the last loop-carried value, through ``if`` the last result (only where the
 region accesses mutable memory). Loads from shared inputs (``load_tile_like``, partitions of a
 ``tc.Tensor``) take no token: they are free to reorder (the paper's ``&``/``&mut`` distinction).
+
+Grid dependency (programmatic dependent launch)
+-----------------------------------------------
+From bytecode 13.4 on, a kernel that touches memory starts with ``gdc_wait`` (wait until the
+kernel it programmatically depends on has completed and its writes are visible; immediate for
+an ordinary launch), then ``gdc_launch_dependents`` (the next kernel of the stream may start
+scheduling). Every memory access depends on the wait's token: the mutable chain starts from
+it and shared loads take it as their only token, so they stay free to reorder among
+themselves. Such a kernel can therefore be launched as a programmatic dependent
+(:func:`waits_for_predecessor`): its launch overlaps the previous kernel's tail, and it still
+reads nothing before that kernel has finished.
 
 Facts (``facts=``): what the launcher knows about the arguments, as ``assume`` ops
 ----------------------------------------------------------------------------------
@@ -74,7 +86,7 @@ from .enums import ComparisonPredicate, Signedness
 from .lower_memory import view_requests
 from .types import I8, I32, PointerType, TileType
 
-__all__ = ["lower_kernel", "abi_signature", "AbiArg", "normalize_facts", "Facts"]
+__all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts", "Facts"]
 
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
@@ -243,6 +255,16 @@ def _make_views(lw: LoweringContext) -> None:
                                                                padding=PADDING[padding])
 
 
+#: The first bytecode version whose kernels start with the grid-dependency wait.
+GRID_DEPENDENCY_SINCE = (13, 4)
+
+
+def waits_for_predecessor(version: Sequence[int]) -> bool:
+    """Whether kernels lowered to bytecode ``version`` wait for the kernel they programmatically
+    depend on before any memory access, so launching them as programmatic dependents is safe."""
+    return tuple(version) >= GRID_DEPENDENCY_SINCE
+
+
 def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
                  hints: Optional[Mapping[str, Mapping[str, int]]] = None,
                  facts: Union[None, Mapping[str, Mapping[str, Any]], Facts] = None,
@@ -278,8 +300,11 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     ops = list(kernel.walk())
     names = {op.name for op in ops}
     _bind_params(lw, checked_facts)
+    if waits_for_predecessor(version) and any(lw.accesses_memory(op) for op in ops):
+        lw.gate = fn.gdc_wait()
+        fn.gdc_launch_dependents(lw.gate)
     if any(lw.needs_token(op) for op in ops):
-        lw.token = fn.make_token()
+        lw.token = lw.gate if lw.gate is not None else fn.make_token()
     if names & {"tile_block_id", "mut_load", "mut_store", "load_like"}:
         lw.block_ids = fn.get_tile_block_id()
     if "num_tile_blocks" in names:

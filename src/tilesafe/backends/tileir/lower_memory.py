@@ -76,9 +76,10 @@ def access_hints(op: Operation) -> Optional[dict]:
 def load_view(lw: LoweringContext, view: Value, indices: Sequence[Value], dtype: DType, *,
               ordered: bool, hints: Optional[dict] = None) -> Value:
     """Load a tile through a partition view (padded past the edge); ``ordered`` accesses (those
-    ``LoweringContext.needs_token`` selects) join the token chain."""
+    ``LoweringContext.needs_token`` selects) join the token chain, the others depend only on
+    the grid-dependency gate (when the kernel has one)."""
     tile, token = lw.fn.load_view_tko(view, list(indices),
-                                      token=lw.token if ordered else None,
+                                      token=lw.token if ordered else lw.gate,
                                       inbounds=[lw.inbounds] * len(indices), hints=hints)
     if ordered:
         lw.token = token

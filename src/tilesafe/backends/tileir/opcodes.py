@@ -113,6 +113,8 @@ OPCODES: Mapping[str, tuple[int, Version]] = {
     "yield": (0x6D, _V13_1),
     "atan2": (0x6E, _V13_2),
     "insert": (0x76, _V13_4),
+    "gdc_launch_dependents_tko": (0x77, _V13_4),
+    "gdc_wait_tko": (0x78, _V13_4),
     "fpowi": (0x79, _V13_4),
 }
 

@@ -321,6 +321,26 @@ class MemoryOps(FunctionCore):
         record.writer.varints([token.index for token in tokens])
         return self._finish(record, [TOKEN])[0]
 
+    def gdc_wait(self, token: Optional[Value] = None) -> Value:
+        """Wait until the grid this launch programmatically depends on has completed and its
+        writes are visible (``griddepcontrol.wait``; immediate for an ordinary launch). Returns
+        a token that memory accesses after the wait must depend on."""
+        return self._grid_dependency("gdc_wait_tko", token)
+
+    def gdc_launch_dependents(self, token: Optional[Value] = None) -> Value:
+        """Let a launch that programmatically depends on this grid start scheduling; it still
+        waits (in its own ``gdc_wait``) for this grid to complete. Returns a token."""
+        return self._grid_dependency("gdc_launch_dependents_tko", token)
+
+    def _grid_dependency(self, mnemonic: str, token: Optional[Value]) -> Value:
+        self._check_token(token)
+        operands = [token] if token is not None else []
+        self._use(*operands)
+        record = self._begin(mnemonic)
+        record.writer.varint(self._type(TOKEN))
+        record.writer.varints([operand.index for operand in operands])
+        return self._finish(record, [TOKEN])[0]
+
     def get_global(self, name: str) -> Value:
         """A rank-0 pointer tile to the module global ``name``."""
         element = self._module.global_type(name).element
