@@ -11,6 +11,7 @@ from .errors import Location
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL: dict[str, bool] = {}
+_LOCATIONS: dict[tuple[str, int], Location] = {}
 
 
 def _is_internal(filename: str) -> bool:
@@ -30,6 +31,10 @@ def caller_location() -> Location:
         if flag is None:
             flag = _is_internal(filename)
         if not flag:
-            return Location(filename, frame.f_lineno)
+            key = (filename, frame.f_lineno)
+            location = _LOCATIONS.get(key)
+            if location is None:  # Locations are immutable: one per source line
+                location = _LOCATIONS[key] = Location(filename, frame.f_lineno)
+            return location
         frame = frame.f_back
     return Location("<unknown>", 0)

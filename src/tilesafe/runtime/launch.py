@@ -51,17 +51,17 @@ PLAN_CACHE_SIZE = 8
 _HOLDERS: dict[str, str] = {}
 
 
-@dataclass
 class PreparedLaunch:
-    """A validated launch: its specialization, grid, arguments, loans and device."""
+    """A validated launch: its specialization, grid, arguments, loans and device (made on
+    every launch, hence a slotted class)."""
 
-    specialization: Specialization
-    grid: tuple[int, int, int]
-    args: tuple[Any, ...]
-    loans: list[Loan]
-    where: Location
-    device: Device
-    plan: Optional[LaunchPlan] = None
+    __slots__ = ("specialization", "grid", "args", "loans", "where", "device", "plan")
+
+    def __init__(self, specialization: Specialization, grid: tuple[int, int, int],
+                 args: tuple[Any, ...], loans: list[Loan], where: Location, device: Device,
+                 plan: Optional[LaunchPlan] = None):
+        self.specialization, self.grid, self.args, self.loans = specialization, grid, args, loans
+        self.where, self.device, self.plan = where, device, plan
 
 
 def _outputs(args: Sequence[Any]):
@@ -144,6 +144,12 @@ def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> lis
     for alloc, lo, hi, mutable, action in borrows:
         if alloc.loans:
             alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
+    if stream is None:  # nothing to share a loan with: lend directly
+        loans = [Loan(alloc, lo, hi, mutable, holder, where) for alloc, lo, hi, mutable, _
+                 in borrows]
+        for loan in loans:
+            loan.allocation.loans.append(loan)
+        return loans
     return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
             for alloc, lo, hi, mutable, _ in borrows]
 
