@@ -167,10 +167,13 @@ class PackedLaunch:
             config.hStream = stream_handle
             config.attrs = [attribute]
             config.numAttrs = 1
+            if len(self.configs) >= _CONFIGS_PER_LAUNCH:  # e.g. one handle per graph capture
+                self.configs.clear()
             entry = self.configs[id(stream_handle)] = (stream_handle, config)
         return entry[1]
 
 
+_CONFIGS_PER_LAUNCH = 16  # programmatic launch configurations kept per packed launch
 _THREAD = threading.local()  # .index: the device whose context this thread has made current
 
 
