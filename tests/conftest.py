@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
     run only when the default device is the cpu."""
     from tilesafe.runtime.device import default_device, probe_gpu
     probe = probe_gpu()
-    gpu_usable = probe.available and "compile with" in probe.reason
+    gpu_usable = probe.available and probe.compiles
     on_gpu = default_device().kind != "cpu"
     for item in items:
         if not gpu_usable and "/tests/gpu/" in str(item.fspath).replace("\\", "/"):

@@ -35,11 +35,14 @@ CPU = Device("cpu")
 
 @dataclass(frozen=True)
 class GpuProbe:
-    """The outcome of looking for a usable GPU."""
+    """The outcome of looking for a usable GPU: ``available`` (a driver reports devices),
+    ``compiles`` (tileiras is usable too, so kernels can run there), the device names and a
+    sentence saying why."""
 
     available: bool
     devices: tuple[str, ...]
     reason: str
+    compiles: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +70,7 @@ def probe_gpu() -> GpuProbe:
         return GpuProbe(True, names, f"{count} CUDA device(s); kernels cannot be compiled for "
                         f"them: {err}")
     return GpuProbe(True, names, f"{count} CUDA device(s); kernels compile with tileiras "
-                    f"{tool.version} ({tool.path})")
+                    f"{tool.version} ({tool.path})", compiles=True)
 
 
 def as_device(device: "Device | str | None") -> Device:
@@ -94,7 +97,7 @@ def default_device() -> Device:
     if chosen:
         return as_device(chosen)
     probe = probe_gpu()
-    if probe.available and "compile with" in probe.reason:
+    if probe.available and probe.compiles:
         return Device("cuda", 0)
     return CPU
 
