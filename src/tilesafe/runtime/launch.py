@@ -144,12 +144,6 @@ def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> lis
     for alloc, lo, hi, mutable, action in borrows:
         if alloc.loans:
             alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
-    if stream is None:  # nothing to share a loan with: lend directly
-        loans = [Loan(alloc, lo, hi, mutable, holder, where) for alloc, lo, hi, mutable, _
-                 in borrows]
-        for loan in loans:
-            loan.allocation.loans.append(loan)
-        return loans
     return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
             for alloc, lo, hi, mutable, _ in borrows]
 
@@ -330,9 +324,11 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
     A graph replay does not spend borrowed partitions: the recorded launch keeps them."""
     for loan in prepared.loans:
         loan.stream = stream
-    plan = prepared.plan
-    borrowed = [] if not spend else plan.borrowed_partitions if plan is not None else \
-        _borrowed_partitions(prepared.args)
+    borrowed = []
+    if spend:
+        plan = prepared.plan
+        borrowed = plan.borrowed_partitions if plan is not None else \
+            _borrowed_partitions(prepared.args)
     stream.on_complete(prepared.loans, borrowed, prepared.where)
     return prepared.args
 

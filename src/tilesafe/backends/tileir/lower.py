@@ -86,7 +86,8 @@ from .enums import ComparisonPredicate, Signedness
 from .lower_memory import view_requests
 from .types import I8, I32, PointerType, TileType
 
-__all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts", "Facts"]
+__all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
+           "Facts"]
 
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
