@@ -133,30 +133,38 @@ def _torch_references(device, n, repeats):
 def _driver_floor(z, x, y, results_at_1000: dict) -> list:
     """What the driver alone costs on this host: the kernel's packed launch (the one tilesafe
     enqueues) called in a bare loop, with one synchronize at the end and with one after each
-    launch. The difference to the modes is tilesafe's host work per launch."""
+    launch, through the compiled launcher (when built) and through cuda.bindings. The
+    difference to the modes is tilesafe's host work per launch."""
     from tilesafe.exec.stream import next_stream
     from tilesafe.runtime import cuda
     add(z, x, y).sync()
     packed = next(p.backend["packed"] for p in add._plans.values() if "packed" in p.backend)
     stream = next_stream(x.device)
-    handle, n = stream.native_handle, SIZES[-1]
+    handle, n = stream.native_address, SIZES[-1]
 
     def chained():
         for _ in range(n):
             cuda.launch_packed(handle, packed)
-        stream.native.sync()
+        cuda.synchronize(handle)
 
     def per_op():
         for _ in range(n):
             cuda.launch_packed(handle, packed)
-            stream.native.sync()
-    floors = {"chained_sync": _time(chained, 3) / n * 1e6,
-              "per_op_sync": _time(per_op, 3) / n * 1e6}
-    print(f"driver floor at N={n}: bare launches {floors['chained_sync']:.3f} us/op, launch+sync "
-          f"{floors['per_op_sync']:.3f} us/op")
-    return [h.Row("execution_modes", "f16", str(n), mode, results_at_1000[mode], "us/op",
-                  "bare cuLaunchKernel" + ("+sync" if mode == "per_op_sync" else ""),
-                  floors[mode], lower_is_better=True) for mode in floors]
+            cuda.synchronize(handle)
+    rows = []
+    for native in (False, True):
+        if cuda.use_native_launcher(native) != native:
+            continue  # the compiled launcher was not built
+        via = "native launcher" if native else "cuda.bindings"
+        floors = {"chained_sync": _time(chained, 3) / n * 1e6,
+                  "per_op_sync": _time(per_op, 3) / n * 1e6}
+        print(f"driver floor at N={n} via {via}: bare launches "
+              f"{floors['chained_sync']:.3f} us/op, launch+sync {floors['per_op_sync']:.3f} us/op")
+        rows += [h.Row("execution_modes", "f16", str(n), mode, results_at_1000[mode], "us/op",
+                       f"bare launch{'+sync' if mode == 'per_op_sync' else ''} via {via}",
+                       floors[mode], lower_is_better=True) for mode in floors]
+    cuda.use_native_launcher(True)
+    return rows
 
 
 def _graph_launch_order(z, x, y) -> list:

@@ -24,6 +24,7 @@ from .exec.deviceop import DeviceOp
 from .exec.launch import LaunchOp
 from .exec.stream import Stream
 from ._callsite import caller_location
+from .runtime import cuda
 from .runtime.launch import PreparedLaunch, interp_bindings, prepare, recover
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
@@ -140,19 +141,18 @@ class Kernel:
                     self.compile_count += 1
         return entry
 
-    def _launch_gpu(self, prepared: PreparedLaunch, stream_handle: Any) -> None:
-        """Enqueue on a GPU stream (a CUstream; a capturing one records a graph node). The
-        launch is packed once per launch plan (executable, function handle, argument buffers),
-        so a repeated launch is one driver call."""
+    def _launch_gpu(self, prepared: PreparedLaunch, stream: int) -> None:
+        """Enqueue on the GPU stream whose driver handle is the int ``stream`` (a capturing
+        stream records a graph node). The launch is packed once per launch plan (executable,
+        function, argument buffers), so a repeated launch is one driver call."""
         cached = prepared.plan.backend if prepared.plan is not None else {}
         packed = cached.get("packed")
         if packed is None:
-            from .runtime import cuda
             exe = self._gpu_executable(prepared)
             packed = cached["packed"] = cuda.PackedLaunch(
                 exe.handle, prepared.grid, exe.pack(prepared.args, self.params),
                 prepared.device.index, exe.programmatic)
-        _LAUNCH_PACKED[0](stream_handle, packed)
+        cuda.launch_packed(stream, packed)
 
     def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
         """The loaded cubin for a launch's specialization, device and argument facts
@@ -246,7 +246,7 @@ class Kernel:
                     cached["bindings"] = interp_bindings(self.params, prepared.args)
                 cached["interpreted"].run(cached["bindings"], prepared.grid)
             else:
-                self._launch_gpu(prepared, stream.native_handle)
+                self._launch_gpu(prepared, stream.native_address)
             self.launch_count += 1
         finally:
             results = recover(prepared, stream, spend=spend)
@@ -258,15 +258,6 @@ class Kernel:
     def __repr__(self) -> str:
         flag = " unsafe" if self.is_unsafe else ""
         return f"<tilesafe kernel {self.name}{flag}>"
-
-
-def _launch_packed(stream_handle: Any, packed: Any) -> None:
-    from .runtime import cuda
-    _LAUNCH_PACKED[0] = cuda.launch_packed
-    cuda.launch_packed(stream_handle, packed)
-
-
-_LAUNCH_PACKED: list = [_launch_packed]  # bound to runtime.cuda.launch_packed on first use
 
 
 def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,

@@ -33,7 +33,7 @@ class KernelNode:
         k = self.kernel
         prepared = prepare(k.name, k.params, self.args, self.grid, self.where, lend=False,
                            plans=k._plans)
-        k._launch_gpu(prepared, builder.stream.handle)
+        k._launch_gpu(prepared, int(builder.stream.handle))
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel

@@ -14,6 +14,7 @@ import itertools
 import threading
 from typing import Any, Optional
 
+from ..runtime import cuda
 from ..runtime.allocation import release_all
 from ..runtime.device import Device, as_device
 
@@ -37,7 +38,7 @@ class Stream:
         self.foreign = handle
         self.handle = _raw_handle(handle) if handle is not None else None
         self._native: Any = None
-        self._native_handle: Any = None
+        self._native_address: Optional[int] = None
         self._pending: list = []
         self._spent: list = []
 
@@ -58,11 +59,11 @@ class Stream:
         return self._native
 
     @property
-    def native_handle(self) -> Any:
-        """The driver handle (CUstream) of a ``cuda:N`` stream."""
-        if self._native_handle is None:
-            self._native_handle = self.native.handle
-        return self._native_handle
+    def native_address(self) -> int:
+        """The driver handle (CUstream) of a ``cuda:N`` stream, as an int."""
+        if self._native_address is None:
+            self._native_address = int(self.native.handle)
+        return self._native_address
 
     @classmethod
     def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":
@@ -72,7 +73,7 @@ class Stream:
     def synchronize(self) -> None:
         """Wait until all work enqueued on this stream is complete (immediate on cpu)."""
         if self.device.kind == "cuda":
-            self.native.sync()
+            cuda.synchronize(self.native_address)
         pending, self._pending = self._pending, []
         release_all(pending)
         spent, self._spent = self._spent, []

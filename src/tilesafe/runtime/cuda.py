@@ -1,8 +1,11 @@
 """CUDA glue through cuda.core / cuda.bindings: devices, stream-ordered device memory, copies,
 streams, module loading and kernel launches.
 
-Imported only when a ``cuda:N`` device is used, so machines without a driver never load it.
-Every driver error becomes a :class:`CudaError` naming the call. Pointers are plain ints.
+cuda.core and cuda.bindings are imported only when a ``cuda:N`` device is used, so machines
+without a driver never load them. The calls on the launch path (enqueue a kernel, wait for a
+stream) go through the compiled launcher (``_launcher.c``) when it was built, else through
+cuda.bindings. Every driver error becomes a :class:`CudaError` naming the call. Pointers and
+stream handles are plain ints.
 """
 
 from __future__ import annotations
@@ -126,22 +129,18 @@ def load_kernel(cubin: bytes, name: str, index: int) -> Any:
 class PackedLaunch:
     """One kernel launch laid out once for the driver: a buffer per argument (Python ints are
     device addresses, numpy scalars keep their dtype), the array of pointers to them, and the
-    function handle. Repeated launches of a plan reuse it, so enqueueing costs one driver call
-    and no argument conversion.
+    function's address. Repeated launches of a plan reuse it, so enqueueing costs one driver
+    call and no argument conversion.
 
     A ``programmatic`` launch (a kernel that waits for its predecessor before touching memory,
     see ``backends.tileir.lower``) is enqueued as a programmatic dependent of the previous
-    kernel on its stream: it may start while that kernel finishes. Its launch configuration is
-    built once per stream."""
+    kernel on its stream: it may start while that kernel finishes."""
 
-    __slots__ = ("function", "grid", "index", "values", "pointers", "address", "programmatic",
-                 "configs")
+    __slots__ = ("function", "grid", "index", "values", "pointers", "address", "programmatic")
 
     def __init__(self, kernel: Any, grid: tuple[int, int, int], args: Sequence[Any],
                  index: int, programmatic: bool = False):
-        if _LAUNCH_KERNEL is None:
-            _bind_driver_launch()
-        self.function = _driver().CUfunction(int(kernel.handle))
+        self.function = int(kernel.handle)
         self.grid = tuple(int(g) for g in grid)
         self.index = index
         self.values = [np.array(a, dtype=np.uint64) if isinstance(a, int) else np.array(a)
@@ -149,59 +148,128 @@ class PackedLaunch:
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uintp)
         self.address = int(self.pointers.ctypes.data)
         self.programmatic = programmatic
-        self.configs: dict[int, tuple[Any, Any]] = {}  # id(stream handle) -> (handle, config)
 
-    def config(self, stream_handle: Any) -> Any:
-        """The programmatic launch configuration of this launch on ``stream_handle``."""
-        entry = self.configs.get(id(stream_handle))
-        if entry is None or entry[0] is not stream_handle:  # the entry keeps its handle alive
+
+_THREAD = threading.local()  # .index: the device whose context this thread has made current
+
+
+def launch_packed(stream: int, packed: PackedLaunch) -> None:
+    """Enqueue ``packed`` on the stream whose driver handle (CUstream) is the int ``stream``."""
+    if getattr(_THREAD, "index", None) != packed.index:
+        make_current(packed.index)  # contexts are per thread (await drives on other threads)
+    gx, gy, gz = packed.grid
+    err = _DRIVER_CALLS.launch(packed.function, gx, gy, gz, stream, packed.address,
+                               packed.programmatic)
+    if err:
+        _fail(err, "cuLaunchKernelEx" if packed.programmatic else "cuLaunchKernel")
+
+
+def synchronize(stream: int) -> None:
+    """Block until the work on the stream whose handle is the int ``stream`` has completed
+    (other Python threads keep running meanwhile)."""
+    err = _DRIVER_CALLS.synchronize(stream)
+    if err:
+        _fail(err, "cuStreamSynchronize")
+
+
+def _fail(err: int, what: str) -> None:
+    raise CudaError(f"{what} failed: {_driver().CUresult(err)}")
+
+
+class _BindingsLaunch:
+    """The launch-path driver calls through cuda.bindings, with the native launcher's
+    interface (ints in, the CUresult as an int out): used when the native launcher was not
+    built, and by tests comparing the two."""
+
+    CONFIGS_KEPT = 64  # programmatic launch configurations, keyed by stream and grid
+
+    def __init__(self) -> None:
+        driver = _driver()
+        self._launch_kernel, self._launch_kernel_ex = driver.cuLaunchKernel, driver.cuLaunchKernelEx
+        self._stream_synchronize = driver.cuStreamSynchronize
+        self._configs: dict[tuple[int, int, int, int], Any] = {}
+
+    def launch(self, function: int, gx: int, gy: int, gz: int, stream: int, parameters: int,
+               programmatic: bool) -> int:
+        if programmatic:
+            (err,) = self._launch_kernel_ex(self._config(stream, gx, gy, gz),
+                                            _driver().CUfunction(function), parameters, 0)
+        else:
+            (err,) = self._launch_kernel(_driver().CUfunction(function), gx, gy, gz, 1, 1, 1,
+                                         0, stream, parameters, 0)
+        return int(err)
+
+    def synchronize(self, stream: int) -> int:
+        (err,) = self._stream_synchronize(stream)
+        return int(err)
+
+    def _config(self, stream: int, gx: int, gy: int, gz: int) -> Any:
+        key = (stream, gx, gy, gz)
+        config = self._configs.get(key)
+        if config is None:
             driver = _driver()
             attribute = driver.CUlaunchAttribute()
             attribute.id = (driver.CUlaunchAttributeID
                             .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
             attribute.value.programmaticStreamSerializationAllowed = 1
             config = driver.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = self.grid
+            config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
             config.blockDimX = config.blockDimY = config.blockDimZ = 1
             config.sharedMemBytes = 0
-            config.hStream = stream_handle
+            config.hStream = stream
             config.attrs = [attribute]
             config.numAttrs = 1
-            if len(self.configs) >= _CONFIGS_PER_LAUNCH:  # e.g. one handle per graph capture
-                self.configs.clear()
-            entry = self.configs[id(stream_handle)] = (stream_handle, config)
-        return entry[1]
+            if len(self._configs) >= self.CONFIGS_KEPT:  # e.g. one stream per graph capture
+                self._configs.clear()
+            self._configs[key] = config
+        return config
 
 
-_CONFIGS_PER_LAUNCH = 16  # programmatic launch configurations kept per packed launch
-_THREAD = threading.local()  # .index: the device whose context this thread has made current
-
-
-def launch_packed(stream_handle: Any, packed: PackedLaunch) -> None:
-    """Enqueue ``packed`` on the stream ``stream_handle`` (a CUstream)."""
-    if getattr(_THREAD, "index", None) != packed.index:
-        make_current(packed.index)  # contexts are per thread (await drives on other threads)
-    if packed.programmatic:
-        (err,) = _LAUNCH_KERNEL_EX(packed.config(stream_handle), packed.function,
-                                   packed.address, 0)
-    else:
-        gx, gy, gz = packed.grid
-        (err,) = _LAUNCH_KERNEL(packed.function, gx, gy, gz, 1, 1, 1, 0, stream_handle,
-                                packed.address, 0)
-    if err != _SUCCESS:
-        raise CudaError(f"cuLaunchKernel failed: {err}")
-
-
-def _bind_driver_launch() -> None:
-    global _LAUNCH_KERNEL, _LAUNCH_KERNEL_EX, _SUCCESS
+def _native_launch() -> Any:
+    """The native launcher (``_launcher.c``) bound to the driver cuda.bindings loaded, or None
+    when it was not built."""
+    try:
+        from . import _launcher  # type: ignore[attr-defined]
+    except ImportError:
+        return None
     driver = _driver()
-    _LAUNCH_KERNEL, _SUCCESS = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
-    _LAUNCH_KERNEL_EX = driver.cuLaunchKernelEx
+    legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    found = driver.CUdriverProcAddressQueryResult.CU_GET_PROC_ADDRESS_SUCCESS
+    entries = []
+    for name in (b"cuLaunchKernel", b"cuLaunchKernelEx", b"cuStreamSynchronize"):
+        err, address, status = driver.cuGetProcAddress(name, 12000, legacy)
+        if err != driver.CUresult.CUDA_SUCCESS or status != found or not int(address):
+            return None
+        entries.append(int(address))
+    _launcher.bind(*entries)
+    return _launcher
 
 
-_LAUNCH_KERNEL: Any = None
-_LAUNCH_KERNEL_EX: Any = None
-_SUCCESS: Any = None
+class _DriverCalls:
+    """Which implementation makes the launch-path driver calls (chosen on first use: the
+    native launcher when it was built, else cuda.bindings); ``use_native`` switches."""
+
+    def __getattr__(self, name: str) -> Any:
+        self.use_native(True)
+        return getattr(self, name)
+
+    def use_native(self, native: bool) -> bool:
+        """Route launches and stream waits through the native launcher (if it was built) or
+        through cuda.bindings; returns whether the native launcher is now in use."""
+        calls = _native_launch() if native else None
+        calls = calls or _BindingsLaunch()
+        self.launch, self.synchronize = calls.launch, calls.synchronize
+        return not isinstance(calls, _BindingsLaunch)
+
+
+_DRIVER_CALLS = _DriverCalls()
+
+
+def use_native_launcher(native: bool = True) -> bool:
+    """Make launches and stream waits through the compiled launcher (``native=True``, the
+    default when it was built) or through cuda.bindings; returns whether the compiled one is
+    in use (False when it was not built, e.g. no C compiler at install time)."""
+    return _DRIVER_CALLS.use_native(native)
 
 
 def graph_builder(stream: Any) -> Any:

@@ -1,0 +1,54 @@
+"""Both launch paths on cuda:0 (the compiled launcher and cuda.bindings) run the same chains of
+dependent launches, per-op synchronized and as one pipeline, and come out exact; the compiled
+launcher is the one in use wherever it was built."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.runtime import cuda
+
+GPU = "cuda:0"
+N, TILE = 1 << 20, 1024
+BUILT = importlib.util.find_spec("tilesafe.runtime._launcher") is not None
+
+
+@ts.kernel
+def step(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
+    z.store(tc.load_tile_like(x, z) + 1.0)
+
+
+@pytest.fixture
+def launcher():
+    """Switch launch paths for one test; the compiled launcher (when built) afterwards."""
+    yield cuda.use_native_launcher
+    cuda.use_native_launcher(True)
+
+
+def test_the_compiled_launcher_is_used_where_it_was_built(launcher):
+    assert launcher(True) == BUILT
+    assert launcher(False) is False
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "bindings"])
+def test_dependent_launches_are_exact_on_either_path(launcher, native):
+    if native and not BUILT:
+        pytest.skip("the compiled launcher was not built")
+    assert launcher(native) == native
+    a = ts.zeros(N, device=GPU).sync()
+    b = ts.full(N, float("nan"), ts.float32, device=GPU).sync()
+    for _ in range(20):  # per-op: each launch synchronized before the next
+        b, a = step(b.partition(TILE), a).sync()
+        a, b = step(a.partition(TILE), b.unpartition()).sync()
+        a = a.unpartition()
+    assert np.array_equal(a.numpy(), np.full(N, 40.0, np.float32))
+    op = step(b.partition(TILE), a)  # one pipeline of 100 launches, one sync
+    for _ in range(99):
+        op = op.then(lambda r: step(r[1].partition(TILE), r[0].unpartition()))
+    out, source = op.sync()
+    assert np.array_equal(out.unpartition().numpy(), np.full(N, 140.0, np.float32))
+    assert np.array_equal(source.numpy(), np.full(N, 139.0, np.float32))

@@ -1,0 +1,142 @@
+"""The compiled launcher (runtime/_launcher.c) without a GPU: it is bound to stand-in driver
+functions made with ctypes, which record what they receive, so these tests check that every
+argument reaches the driver unchanged, that a programmatic launch hands the driver a
+CUlaunchConfig laid out as cuda.h declares it, and that misuse is refused with a clear error.
+Each scenario runs in its own interpreter: binding stand-ins is process-wide."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+BUILT = importlib.util.find_spec("tilesafe.runtime._launcher") is not None
+
+
+def _compiler_available() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+def test_the_launcher_is_built_wherever_a_c_compiler_is():
+    if not _compiler_available():
+        pytest.skip("no C compiler: the install falls back to cuda.bindings launches")
+    assert BUILT, ("a C compiler is present but tilesafe.runtime._launcher was not built: "
+                   "reinstall with pip install -e . and read the build output")
+
+
+needs_launcher = pytest.mark.skipif(not BUILT, reason="the compiled launcher was not built")
+
+STAND_INS = textwrap.dedent("""
+    import ctypes
+    from tilesafe.runtime import _launcher
+
+    class Attribute(ctypes.Structure):
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                    ("allowed", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+    class Config(ctypes.Structure):
+        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                    ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                    ("attrs", ctypes.POINTER(Attribute)), ("count", ctypes.c_uint)]
+
+    seen = []
+    P = ctypes.c_void_p
+    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, *[ctypes.c_uint] * 7, P, P, P)
+    LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Config), P, P, P)
+    SYNC = ctypes.CFUNCTYPE(ctypes.c_int, P)
+
+    @LAUNCH
+    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        seen.append(("launch", f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra))
+        return 0
+
+    @LAUNCH_EX
+    def launch_ex(config, f, params, extra):
+        c = config.contents
+        a = c.attrs[0]
+        seen.append(("launch_ex", f, tuple(c.grid), tuple(c.block), c.shared, c.stream,
+                     params, extra, c.count, a.id, a.allowed))
+        return 0
+
+    @SYNC
+    def sync(stream):
+        seen.append(("sync", stream))
+        return 700  # CUDA_ERROR_ILLEGAL_ADDRESS: handed back as is
+
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value
+""")
+
+
+def _run(body: str) -> str:
+    script = STAND_INS + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@needs_launcher
+def test_arguments_reach_the_driver_unchanged():
+    out = _run("""
+        _launcher.bind(address(launch), address(launch_ex), address(sync))
+        big = (1 << 64) - 8  # addresses use all 64 bits
+        assert _launcher.launch(0x1234, 7, 2, 1, big, 0x5678, False) == 0
+        assert _launcher.launch(0x1234, 4096, 1, 3, 0x99, 0x5678, True) == 0
+        assert _launcher.synchronize(0x99) == 700
+        for entry in seen:
+            print(entry)
+    """)
+    lines = out.splitlines()
+    assert lines[0] == (f"('launch', 4660, (7, 2, 1), (1, 1, 1), 0, {(1 << 64) - 8}, 22136, "
+                        "None)")
+    # the programmatic-serialization attribute (id 6) allowed, in a 1-entry attribute list
+    assert lines[1] == "('launch_ex', 4660, (4096, 1, 3), (1, 1, 1), 0, 153, 22136, None, 1, 6, 1)"
+    assert lines[2] == "('sync', 153)"
+
+
+@needs_launcher
+def test_calls_before_bind_are_refused():
+    _run("""
+        for call in (lambda: _launcher.launch(1, 1, 1, 1, 1, 1, False),
+                     lambda: _launcher.synchronize(1)):
+            try:
+                call()
+            except RuntimeError as e:
+                assert "bind() the driver entry points first" in str(e), e
+            else:
+                raise AssertionError("an unbound launcher called the driver")
+        assert not seen
+    """)
+
+
+@needs_launcher
+def test_bad_arguments_are_refused_before_the_driver_is_called():
+    _run("""
+        _launcher.bind(address(launch), address(launch_ex), address(sync))
+        bad = [((1, 1 << 32, 1, 1, 1, 1, False), OverflowError),  # grid beyond 32 bits
+               ((1, -1, 1, 1, 1, 1, False), OverflowError),
+               ((-1, 1, 1, 1, 1, 1, False), OverflowError),       # not an address
+               ((1, 1, 1, 1, "stream", 1, False), TypeError),
+               ((1, 1, 1, 1, 1, 1), TypeError)]                   # too few arguments
+        for args, error in bad:
+            try:
+                _launcher.launch(*args)
+            except error:
+                pass
+            else:
+                raise AssertionError(f"launch{args} was not refused")
+        for entries in ((1, 2), (address(launch), 0, address(sync))):
+            try:
+                _launcher.bind(*entries)
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise AssertionError(f"bind{entries} was not refused")
+        assert not seen
+    """)
