@@ -4,6 +4,7 @@ streams, and graphs (record, replay, update, rejected allocations)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -113,6 +114,58 @@ def test_borrows_hold_while_an_awaited_op_is_pending():
         return t.numpy()
 
     assert np.array_equal(asyncio.run(main()), np.ones(64))
+
+
+def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monkeypatch):
+    """The enqueue-on-the-loop path of ``await`` (taken on cuda for launches that need no
+    compiling), driven with a cpu stream and a stand-in for the driver's stream query."""
+    from tilesafe.exec import deviceop
+    from tilesafe.runtime import cuda
+    monkeypatch.setattr(ts.Stream, "native_address", 0)
+    for idle_after, waited_on_a_thread in ((3, False), (None, True)):
+        queries, threads = [], []
+        monkeypatch.setattr(cuda, "is_idle", lambda handle: queries.append(handle) or (
+            idle_after is not None and len(queries) > idle_after))
+        stream, go_on = ts.Stream("cpu"), threading.Event()
+        sync = stream.synchronize
+
+        def synchronize():  # a waiter thread's wait lasts until the test has looked
+            threads.append(threading.current_thread())
+            if threads[-1] is not threading.main_thread():
+                go_on.wait(10)
+            sync()
+        monkeypatch.setattr(stream, "synchronize", synchronize)
+        t, x = ts.zeros(64, device="cpu").sync(), ts.ones(64, device="cpu").sync()
+        op = axpy(ts.borrow_mut(t).partition(16), x, 1.0)
+
+        async def main():
+            task = asyncio.ensure_future(deviceop._await_enqueued(op, stream, None))
+            await asyncio.sleep(0)  # the op is enqueued; its loans last until the wait ends
+            if waited_on_a_thread:
+                with pytest.raises(BorrowError):
+                    t.numpy()
+                go_on.set()
+            return await task
+
+        result = asyncio.run(main())
+        assert result[1] is x and np.array_equal(t.numpy(), np.ones(64))
+        assert not t._alloc.loans and not x._alloc.loans
+        on_the_loop = threads == [threading.main_thread()]
+        assert on_the_loop != waited_on_a_thread, threads
+        if idle_after is not None:
+            assert len(queries) == idle_after + 1
+
+
+def test_only_launches_ready_to_enqueue_are_awaited_on_the_loop():
+    x = _ones()
+    op = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    assert not op._only_enqueues()  # not yet packed for a driver (its first launch compiles)
+    op._early.plan.backend["packed"] = object()
+    assert op._only_enqueues()
+    pending = axpy(ts.zeros(64).partition(16), x, 1.0)  # an argument still to be produced
+    assert not pending._only_enqueues()
+    assert not op.then(lambda r: r)._only_enqueues()  # a host step follows
+    del op, pending
 
 
 def test_streams_pool_and_wrapping():

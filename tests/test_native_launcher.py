@@ -50,6 +50,8 @@ STAND_INS = textwrap.dedent("""
     LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, *[ctypes.c_uint] * 7, P, P, P)
     LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Config), P, P, P)
     SYNC = ctypes.CFUNCTYPE(ctypes.c_int, P)
+    GRAPH = ctypes.CFUNCTYPE(ctypes.c_int, P, P)
+    QUERY = ctypes.CFUNCTYPE(ctypes.c_int, P)
 
     @LAUNCH
     def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -69,7 +71,18 @@ STAND_INS = textwrap.dedent("""
         seen.append(("sync", stream))
         return 700  # CUDA_ERROR_ILLEGAL_ADDRESS: handed back as is
 
+    @GRAPH
+    def graph(graph_exec, stream):
+        seen.append(("graph", graph_exec, stream))
+        return 0
+
+    @QUERY
+    def query(stream):
+        seen.append(("query", stream))
+        return 600  # CUDA_ERROR_NOT_READY
+
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value
+    ALL = (address(launch), address(launch_ex), address(sync), address(graph), address(query))
 """)
 
 
@@ -84,11 +97,13 @@ def _run(body: str) -> str:
 @needs_launcher
 def test_arguments_reach_the_driver_unchanged():
     out = _run("""
-        _launcher.bind(address(launch), address(launch_ex), address(sync))
+        _launcher.bind(*ALL)
         big = (1 << 64) - 8  # addresses use all 64 bits
         assert _launcher.launch(0x1234, 7, 2, 1, big, 0x5678, False) == 0
         assert _launcher.launch(0x1234, 4096, 1, 3, 0x99, 0x5678, True) == 0
         assert _launcher.synchronize(0x99) == 700
+        assert _launcher.launch_graph(0xabc, 0x99) == 0
+        assert _launcher.query(0x99) == 600
         for entry in seen:
             print(entry)
     """)
@@ -98,13 +113,16 @@ def test_arguments_reach_the_driver_unchanged():
     # the programmatic-serialization attribute (id 6) allowed, in a 1-entry attribute list
     assert lines[1] == "('launch_ex', 4660, (4096, 1, 3), (1, 1, 1), 0, 153, 22136, None, 1, 6, 1)"
     assert lines[2] == "('sync', 153)"
+    assert lines[3] == "('graph', 2748, 153)"
+    assert lines[4] == "('query', 153)"
 
 
 @needs_launcher
 def test_calls_before_bind_are_refused():
     _run("""
         for call in (lambda: _launcher.launch(1, 1, 1, 1, 1, 1, False),
-                     lambda: _launcher.synchronize(1)):
+                     lambda: _launcher.synchronize(1), lambda: _launcher.launch_graph(1, 1),
+                     lambda: _launcher.query(1)):
             try:
                 call()
             except RuntimeError as e:
@@ -118,7 +136,7 @@ def test_calls_before_bind_are_refused():
 @needs_launcher
 def test_bad_arguments_are_refused_before_the_driver_is_called():
     _run("""
-        _launcher.bind(address(launch), address(launch_ex), address(sync))
+        _launcher.bind(*ALL)
         bad = [((1, 1 << 32, 1, 1, 1, 1, False), OverflowError),  # grid beyond 32 bits
                ((1, -1, 1, 1, 1, 1, False), OverflowError),
                ((-1, 1, 1, 1, 1, 1, False), OverflowError),       # not an address
@@ -131,7 +149,7 @@ def test_bad_arguments_are_refused_before_the_driver_is_called():
                 pass
             else:
                 raise AssertionError(f"launch{args} was not refused")
-        for entries in ((1, 2), (address(launch), 0, address(sync))):
+        for entries in (ALL[:4], ALL[:2] + (0,) + ALL[3:]):
             try:
                 _launcher.bind(*entries)
             except (TypeError, ValueError):

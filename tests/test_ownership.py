@@ -245,3 +245,47 @@ def test_constructors():
     assert r.min() >= 0 and r.max() < 1
     t = ts.full((2, 3), 7, ts.int16).sync()
     assert t.numpy().dtype == np.int16 and t.nbytes == 12 and t.is_contiguous
+
+
+# -- what a captured graph borrows per replay (runtime.launch.ReplayBorrows) ---------------
+
+def test_replay_borrows_lend_each_tensor_once_mutable_if_any_launch_writes_it():
+    from tilesafe.runtime.allocation import release_all
+    from tilesafe.runtime.launch import ReplayBorrows
+    x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
+    z = ts.zeros(16).sync()
+    launches = [(scale1d, (ts.borrow_mut(z).partition(8), x, 2.0)),
+                (scale1d, (ts.borrow_mut(z).partition(8), x, 3.0))]
+    borrows = ReplayBorrows(launches)
+    assert [(lo, hi, mutable) for _, lo, hi, mutable in borrows.ranges] == \
+        [(0, 64, True), (0, 64, False)]
+    loans = borrows.lend("a replay", None, None)
+    assert x.numpy()[3] == 3.0  # shared: the host may read
+    with pytest.raises(BorrowError, match="mutably borrowed by a replay"):
+        z.numpy()
+    with pytest.raises(BorrowError, match="shared borrowed by a replay"):
+        ts.borrow_mut(x).partition(8)
+    with pytest.raises(BorrowError, match="cannot replay the graph"):
+        borrows.lend("another replay", None, None)  # the first replay has not completed
+    release_all(loans)
+    assert not x._alloc.loans and not z._alloc.loans
+    release_all(borrows.lend("a replay", None, None))  # free again: a new replay may borrow
+
+
+def test_replay_borrows_refuse_a_moved_input_or_a_spent_output_at_every_replay():
+    from tilesafe.runtime.allocation import release_all
+    from tilesafe.runtime.launch import ReplayBorrows
+    x, z = ts.zeros(16).sync(), ts.zeros(16).sync()
+    out = ts.borrow_mut(z).partition(8)
+    borrows = ReplayBorrows([(scale1d, (out, x, 2.0))])
+    release_all(borrows.lend("a replay", None, None))
+    x.partition(8)  # moves x away
+    with pytest.raises(MovedError, match="cannot replay a graph that reads it"):
+        borrows.lend("a replay", None, None)
+    assert not z._alloc.loans  # nothing was lent by the refused replay
+    y, w = ts.zeros(16).sync(), ts.zeros(16).sync()
+    out = ts.borrow_mut(w).partition(8)
+    borrows = ReplayBorrows([(scale1d, (out, y, 2.0))])
+    w.partition(8)  # moves the tensor the borrowed output partition is of
+    with pytest.raises(MovedError, match="moved at"):
+        borrows.lend("a replay", None, None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from .._callsite import caller_location
@@ -72,6 +73,13 @@ class DeviceOp(Generic[T]):
     def _drive(self, stream: Stream, where: Location) -> T:
         """Run on ``stream`` and wait; ``where`` is the user's driving call, recorded by every
         op this drive consumes."""
+        try:
+            return self._enqueue(stream, where)
+        finally:
+            stream.synchronize()
+
+    def _enqueue(self, stream: Stream, where: Location) -> T:
+        """Run on ``stream`` without waiting for the device (see ``_drive``)."""
         saved = set_current_stream(stream)
         saved_where, _DRIVE.where = getattr(_DRIVE, "where", None), where
         try:
@@ -79,7 +87,6 @@ class DeviceOp(Generic[T]):
         finally:
             _DRIVE.where = saved_where
             set_current_stream(saved)
-            stream.synchronize()
 
     def __await__(self):
         return self._run_async().__await__()
@@ -87,11 +94,18 @@ class DeviceOp(Generic[T]):
     async def _run_async(self) -> T:
         stream = next_stream(self.device)
         where = caller_location()  # the awaiting coroutine's line
+        if stream.device.kind == "cuda" and self._only_enqueues():
+            return await _await_enqueued(self, stream, where)
         loop = asyncio.get_running_loop()
         # The work runs off the event loop, on tilesafe's own long-lived waiter threads; the
         # loop keeps serving other coroutines and is woken when the op has completed (no
         # busy-waiting, and no thread start per pipeline).
         return await loop.run_in_executor(_waiters(), self._drive, stream, where)
+
+    def _only_enqueues(self) -> bool:
+        """Whether driving this op does nothing on the host but enqueue device work (nothing
+        to compile, no host-side step), so an await may do it on the event loop's thread."""
+        return False
 
     # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
@@ -180,6 +194,40 @@ class _Chain(DeviceOp):
             if isinstance(result, DeviceOp):
                 result = result._execute(stream)
         return result
+
+
+SPIN_SECONDS = 50e-6  # how long an await polls its stream before handing the wait to a thread
+
+
+async def _await_enqueued(op: DeviceOp[T], stream: Stream, where: Location) -> T:
+    """Await an op that only enqueues: enqueue it right here, poll the stream for a short
+    while (small work completes before a thread could be woken), and otherwise wait on a
+    waiter thread while the loop serves other coroutines. The loans end once the work is
+    known complete, as with ``sync``."""
+    try:
+        result = op._enqueue(stream, where)
+    except BaseException:
+        stream.synchronize()
+        raise
+    try:
+        idle = _idle_within(stream, SPIN_SECONDS)
+    except BaseException:
+        stream.synchronize()
+        raise
+    if idle:  # returns at once (unless another thread enqueued on the stream meanwhile)
+        stream.synchronize()
+    else:
+        await asyncio.get_running_loop().run_in_executor(_waiters(), stream.synchronize)
+    return result
+
+
+def _idle_within(stream: Stream, seconds: float) -> bool:
+    from ..runtime import cuda
+    handle, deadline = stream.native_address, time.perf_counter() + seconds
+    while not cuda.is_idle(handle):
+        if time.perf_counter() > deadline:
+            return False
+    return True
 
 
 _WAITERS: list = []

@@ -21,6 +21,7 @@ from typing import Any, Optional, Protocol
 
 from .._callsite import caller_location
 from ..errors import DeviceOpError
+from ..runtime.launch import ReplayBorrows
 from .deviceop import DeviceOp
 from .stream import Stream, next_stream
 
@@ -110,7 +111,6 @@ class CudaGraph:
         """Replay as one CUDA graph launch: the nodes are captured once (per stream); each
         replay checks and borrows every argument once, then launches the whole graph."""
         from ..runtime import cuda
-        from ..runtime.launch import borrow_for_replay
         if self._captured is None:
             builder = cuda.graph_builder(stream.native)
             for node in self.nodes:
@@ -121,11 +121,12 @@ class CudaGraph:
             per_kernel: dict = {}
             for n in self.nodes:
                 per_kernel[n.kernel] = per_kernel.get(n.kernel, 0) + 1
-            self._captured = (cuda.finish_graph(builder), list(distinct.values()), per_kernel)
-        graph, launches, per_kernel = self._captured
-        loans = borrow_for_replay(launches, f"a replay of a graph of {len(self.nodes)} node(s)",
-                                  self.nodes[0].where, stream)
-        graph.launch(stream.native)
+            graph = cuda.finish_graph(builder)  # kept: it frees the executable graph
+            self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
+                              per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
+        _, graph_exec, borrows, per_kernel, holder = self._captured
+        loans = borrows.lend(holder, self.nodes[0].where, stream)
+        cuda.launch_graph(graph_exec, stream.native_address)
         stream.on_complete(loans, [], self.nodes[0].where)
         for kernel, count in per_kernel.items():
             kernel.launch_count += count

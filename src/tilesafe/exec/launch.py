@@ -90,6 +90,13 @@ class LaunchOp(DeviceOp[tuple]):
         finally:
             stream.synchronize()
 
+    def _only_enqueues(self) -> bool:
+        """Validated at creation, outside a pipeline, and already packed for the driver: a
+        drive is one enqueue."""
+        early = self._early
+        return early is not None and self._early_stream is None and \
+            early.plan is not None and "packed" in early.plan.backend
+
     def __del__(self) -> None:
         # an op dropped without being driven (or recorded) gives its loans back
         early = self._early

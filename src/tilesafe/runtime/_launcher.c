@@ -1,6 +1,6 @@
-/* tilesafe.runtime._launcher: the three CUDA driver calls on the launch path (enqueue a
- * kernel, enqueue it as a programmatic dependent, wait for a stream), called straight from
- * Python with plain integers.
+/* tilesafe.runtime._launcher: the CUDA driver calls on the launch path (enqueue a kernel,
+ * enqueue it as a programmatic dependent, enqueue a graph, ask whether a stream is idle, wait
+ * for a stream), called straight from Python with plain integers.
  *
  * The module links against nothing but Python's stable ABI (3.10+), so one build serves every
  * interpreter. It never loads the driver itself: runtime/cuda.py asks the driver already
@@ -53,10 +53,16 @@ typedef CUresult (*LaunchKernelFn)(CUfunction, unsigned int, unsigned int, unsig
                                    CUstream, void **, void **);
 typedef CUresult (*LaunchKernelExFn)(const LaunchConfig *, CUfunction, void **, void **);
 typedef CUresult (*StreamSynchronizeFn)(CUstream);
+typedef CUresult (*GraphLaunchFn)(void *, CUstream);
+typedef CUresult (*StreamQueryFn)(CUstream);
 
 static LaunchKernelFn launch_kernel;
 static LaunchKernelExFn launch_kernel_ex;
 static StreamSynchronizeFn stream_synchronize;
+static GraphLaunchFn graph_launch;
+static StreamQueryFn stream_query;
+
+#define ENTRY_POINTS 5
 
 static int
 as_address(PyObject *value, void **out)
@@ -91,18 +97,19 @@ not_bound(void)
 }
 
 PyDoc_STRVAR(bind_doc,
-"bind(cuLaunchKernel, cuLaunchKernelEx, cuStreamSynchronize)\n\n"
+"bind(cuLaunchKernel, cuLaunchKernelEx, cuStreamSynchronize, cuGraphLaunch,\n"
+"     cuStreamQuery)\n\n"
 "The driver entry points, as addresses.");
 
 static PyObject *
 bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *entries[3];
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "bind takes 3 addresses");
+    void *entries[ENTRY_POINTS];
+    if (nargs != ENTRY_POINTS) {
+        PyErr_SetString(PyExc_TypeError, "bind takes 5 addresses");
         return NULL;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < ENTRY_POINTS; i++) {
         if (as_address(args[i], &entries[i]) < 0)
             return NULL;
         if (entries[i] == NULL) {
@@ -113,6 +120,8 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     launch_kernel = (LaunchKernelFn)entries[0];
     launch_kernel_ex = (LaunchKernelExFn)entries[1];
     stream_synchronize = (StreamSynchronizeFn)entries[2];
+    graph_launch = (GraphLaunchFn)entries[3];
+    stream_query = (StreamQueryFn)entries[4];
     Py_RETURN_NONE;
 }
 
@@ -183,9 +192,46 @@ synchronize(PyObject *module, PyObject *stream_address)
     return PyLong_FromLong(result);
 }
 
+PyDoc_STRVAR(launch_graph_doc,
+"launch_graph(graph_exec, stream) -> CUresult\n\n"
+"Enqueue an executable graph (a CUgraphExec) on a stream.");
+
+static PyObject *
+launch_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *graph, *stream;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "launch_graph takes 2 arguments");
+        return NULL;
+    }
+    if (graph_launch == NULL)
+        return not_bound();
+    if (as_address(args[0], &graph) < 0 || as_address(args[1], &stream) < 0)
+        return NULL;
+    return PyLong_FromLong(graph_launch(graph, stream));
+}
+
+PyDoc_STRVAR(query_doc,
+"query(stream) -> CUresult\n\n"
+"Whether a stream's work has all completed: 0 if so, CUDA_ERROR_NOT_READY (600) if not.");
+
+static PyObject *
+query(PyObject *module, PyObject *stream_address)
+{
+    void *stream;
+    if (stream_query == NULL)
+        return not_bound();
+    if (as_address(stream_address, &stream) < 0)
+        return NULL;
+    return PyLong_FromLong(stream_query(stream));
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, bind_doc},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, launch_doc},
+    {"launch_graph", (PyCFunction)(void (*)(void))launch_graph, METH_FASTCALL,
+     launch_graph_doc},
+    {"query", query, METH_O, query_doc},
     {"synchronize", synchronize, METH_O, synchronize_doc},
     {NULL, NULL, 0, NULL},
 };

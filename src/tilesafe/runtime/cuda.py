@@ -164,12 +164,33 @@ def launch_packed(stream: int, packed: PackedLaunch) -> None:
         _fail(err, "cuLaunchKernelEx" if packed.programmatic else "cuLaunchKernel")
 
 
+def launch_graph(graph_exec: int, stream: int) -> None:
+    """Enqueue the executable graph whose handle (CUgraphExec) is the int ``graph_exec``."""
+    err = _DRIVER_CALLS.launch_graph(graph_exec, stream)
+    if err:
+        _fail(err, "cuGraphLaunch")
+
+
 def synchronize(stream: int) -> None:
     """Block until the work on the stream whose handle is the int ``stream`` has completed
     (other Python threads keep running meanwhile)."""
     err = _DRIVER_CALLS.synchronize(stream)
     if err:
         _fail(err, "cuStreamSynchronize")
+
+
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY
+
+
+def is_idle(stream: int) -> bool:
+    """Whether all work on the stream whose handle is the int ``stream`` has completed
+    (never blocks)."""
+    err = _DRIVER_CALLS.query(stream)
+    if err == _NOT_READY:
+        return False
+    if err:
+        _fail(err, "cuStreamQuery")
+    return True
 
 
 def _fail(err: int, what: str) -> None:
@@ -187,6 +208,8 @@ class _BindingsLaunch:
         driver = _driver()
         self._launch_kernel, self._launch_kernel_ex = driver.cuLaunchKernel, driver.cuLaunchKernelEx
         self._stream_synchronize = driver.cuStreamSynchronize
+        self._graph_launch = driver.cuGraphLaunch
+        self._stream_query = driver.cuStreamQuery
         self._configs: dict[tuple[int, int, int, int], Any] = {}
 
     def launch(self, function: int, gx: int, gy: int, gz: int, stream: int, parameters: int,
@@ -201,6 +224,14 @@ class _BindingsLaunch:
 
     def synchronize(self, stream: int) -> int:
         (err,) = self._stream_synchronize(stream)
+        return int(err)
+
+    def query(self, stream: int) -> int:
+        (err,) = self._stream_query(stream)
+        return int(err)
+
+    def launch_graph(self, graph_exec: int, stream: int) -> int:
+        (err,) = self._graph_launch(_driver().CUgraphExec(graph_exec), stream)
         return int(err)
 
     def _config(self, stream: int, gx: int, gy: int, gz: int) -> Any:
@@ -236,7 +267,8 @@ def _native_launch() -> Any:
     legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
     found = driver.CUdriverProcAddressQueryResult.CU_GET_PROC_ADDRESS_SUCCESS
     entries = []
-    for name in (b"cuLaunchKernel", b"cuLaunchKernelEx", b"cuStreamSynchronize"):
+    for name in (b"cuLaunchKernel", b"cuLaunchKernelEx", b"cuStreamSynchronize",
+                 b"cuGraphLaunch", b"cuStreamQuery"):
         err, address, status = driver.cuGetProcAddress(name, 12000, legacy)
         if err != driver.CUresult.CUDA_SUCCESS or status != found or not int(address):
             return None
@@ -259,6 +291,7 @@ class _DriverCalls:
         calls = _native_launch() if native else None
         calls = calls or _BindingsLaunch()
         self.launch, self.synchronize = calls.launch, calls.synchronize
+        self.launch_graph, self.query = calls.launch_graph, calls.query
         return not isinstance(calls, _BindingsLaunch)
 
 

@@ -148,7 +148,13 @@ def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> lis
             for alloc, lo, hi, mutable, _ in borrows]
 
 
-def _plan_loans(plan: LaunchPlan, holder: str, where: Location, stream: Any) -> list[Loan]:
+def _holder(kernel_name: str) -> str:
+    """How loans name a launch of ``kernel_name`` in borrow errors (one string per kernel)."""
+    return _HOLDERS.get(kernel_name) or _HOLDERS.setdefault(
+        kernel_name, f"the pending launch of '{kernel_name}'")
+
+
+def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any) -> list[Loan]:
     """The loans of a repeated launch. When the plan's previous launch on this same stream
     still holds all its loans, the new launch shares them (one more use each) without checking
     again: while those loans live, no conflicting loan can have been taken (work on other
@@ -162,7 +168,7 @@ def _plan_loans(plan: LaunchPlan, holder: str, where: Location, stream: Any) -> 
             for loan in loans:
                 loan.count += 1
             return list(loans)
-    loans = _take_loans(plan.borrows, holder, where, stream)
+    loans = _take_loans(plan.borrows, _holder(kernel_name), where, stream)
     if stream is not None:
         plan.stream_loans = (stream, tuple(loans))
     return loans
@@ -248,8 +254,6 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     (compiling without running) the arguments are checked but not borrowed. ``plans`` (a
     kernel's cache) lets a launch with the very same argument objects as an earlier one, and
     no ownership change since, skip re-validation: only the borrows are checked again."""
-    holder = _HOLDERS.get(kernel_name) or _HOLDERS.setdefault(
-        kernel_name, f"the pending launch of '{kernel_name}'")
     if isinstance(grid, list):
         grid = tuple(grid)
     key = (tuple(map(id, args)), grid) if plans is not None else None
@@ -258,7 +262,7 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
         # equal ids are the same objects.
         plan = plans.get(key)
         if plan is not None and plan.epoch == _EPOCH[0]:
-            loans = _plan_loans(plan, holder, where, stream) if lend else []
+            loans = _plan_loans(plan, kernel_name, where, stream) if lend else []
             return PreparedLaunch(plan.specialization, plan.grid, plan.args, loans, where,
                                   plan.device, plan)
     if len(args) != len(params):
@@ -272,7 +276,7 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     g = launch_grid(params, args, grid, kernel_name, where)
     device = _launch_device(params, args, kernel_name, where)
     borrows = _borrows(params, args)
-    loans = _take_loans(borrows, holder, where, stream) if lend else []
+    loans = _take_loans(borrows, _holder(kernel_name), where, stream) if lend else []
     plan = None
     if key is not None:
         if len(plans) >= PLAN_CACHE_SIZE:
@@ -282,34 +286,46 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     return PreparedLaunch(spec, g, tuple(args), loans, where, device, plan)
 
 
-def borrow_for_replay(launches: Sequence[tuple[Any, Sequence[Any]]], holder: str,
-                      where: Location, stream: Any) -> list[Loan]:
-    """Check that the arguments of recorded launches are still usable (not moved, not
-    borrowed by other pending work) and lend each distinct argument once, for a graph replay."""
-    wanted: dict[int, tuple[Tensor, bool]] = {}
-    for kernel, args in launches:
-        outputs = dict(_outputs(args))
-        for i, (p, a) in enumerate(zip(kernel.params, args)):
-            if i in outputs:
-                outputs[i]._check_usable("replay a graph that writes it")
-                t, mutable = outputs[i]._tensor, True
-            elif isinstance(a, Tensor):
-                a._check_usable("replay a graph that reads it")
-                t, mutable = a, isinstance(p.spec, PointerSpec)
-            else:
-                continue
-            prev = wanted.get(id(t))
-            wanted[id(t)] = (t, mutable or (prev[1] if prev else False))
-    for t, mutable in wanted.values():
-        lo, hi = t.footprint()
-        t._alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
-                       stream=stream)
-    loans = []
-    for t, mutable in wanted.values():
-        lo, hi = t.footprint()
-        loans.append(t._alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where,
-                                   stream=stream))
-    return loans
+class ReplayBorrows:
+    """What every replay of a graph of recorded launches borrows, worked out once when the
+    graph is captured: the argument objects to check for moves and spends (each with the
+    action an error names), and each distinct byte range once, mutable if any launch writes
+    it. Views never change their footprint, so only the checks run per replay."""
+
+    __slots__ = ("usable", "ranges")
+
+    def __init__(self, launches: Sequence[tuple[Any, Sequence[Any]]]):
+        usable: dict[int, tuple[Any, str]] = {}
+        wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
+        for kernel, args in launches:
+            outputs = dict(_outputs(args))
+            for i, (p, a) in enumerate(zip(kernel.params, args)):
+                if i in outputs:
+                    usable.setdefault(id(outputs[i]), (outputs[i], "replay a graph that writes it"))
+                    t, mutable = outputs[i]._tensor, True
+                elif isinstance(a, Tensor):
+                    usable.setdefault(id(a), (a, "replay a graph that reads it"))
+                    t, mutable = a, isinstance(p.spec, PointerSpec)
+                else:
+                    continue
+                lo, hi = t.footprint()
+                prev = wanted.get((id(t._alloc), lo, hi))
+                wanted[(id(t._alloc), lo, hi)] = (t._alloc, lo, hi,
+                                                  mutable or (prev[3] if prev else False))
+        self.usable = list(usable.values())
+        self.ranges = list(wanted.values())
+
+    def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
+        """Check that the arguments are still usable (not moved, not borrowed by other pending
+        work) and lend each distinct tensor once, for one replay on ``stream``."""
+        for item, action in self.usable:
+            item._check_usable(action)
+        for alloc, lo, hi, mutable in self.ranges:
+            if alloc.loans:
+                alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
+                            stream=stream)
+        return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
+                for alloc, lo, hi, mutable in self.ranges]
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
@@ -333,4 +349,4 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
     return prepared.args
 
 
-__all__ = ["PreparedLaunch", "prepare", "recover", "launch_grid"]
+__all__ = ["PreparedLaunch", "ReplayBorrows", "prepare", "recover", "launch_grid"]
