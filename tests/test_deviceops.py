@@ -346,3 +346,29 @@ def test_map_runs_after_completion_so_it_may_read_the_results():
     op = axpy(ts.zeros(16).partition(8), x, 2.0).map(lambda r: r[0].unpartition().numpy())
     then_read = ts.zip(op, ts.full(2, 1.0)).then(lambda r: r[0].sum() + r[1].numpy().sum())
     assert then_read.sync() == 34.0
+
+
+def test_a_recaptured_graph_updates_the_previous_executable_when_the_driver_allows():
+    from tilesafe.runtime import cuda
+
+    class Builder:
+        def end_building(self):
+            self.ended = True
+
+        def complete(self):
+            return "instantiated"
+
+    class Executable:
+        def __init__(self, refuse):
+            self.refuse, self.sources = refuse, []
+
+        def update(self, source):
+            if self.refuse:
+                raise RuntimeError("CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE")
+            self.sources.append(source)
+
+    builder, accepting = Builder(), Executable(refuse=False)
+    assert cuda.finish_graph(builder, accepting) is accepting
+    assert accepting.sources == [builder] and builder.ended
+    assert cuda.finish_graph(Builder(), Executable(refuse=True)) == "instantiated"
+    assert cuda.finish_graph(Builder()) == "instantiated"

@@ -52,3 +52,20 @@ def test_dependent_launches_are_exact_on_either_path(launcher, native):
     out, source = op.sync()
     assert np.array_equal(out.unpartition().numpy(), np.full(N, 140.0, np.float32))
     assert np.array_equal(source.numpy(), np.full(N, 139.0, np.float32))
+
+
+def test_graph_update_rewrites_the_executable_graph_in_place():
+    a = ts.full(N, 1.0, ts.float32, device=GPU).sync()
+    b = ts.full(N, 5.0, ts.float32, device=GPU).sync()
+    out = ts.full(N, float("nan"), ts.float32, device=GPU).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(step(ts.borrow_mut(out).partition(TILE), a))
+    graph.replay()
+    assert np.array_equal(out.numpy(), np.full(N, 2.0, np.float32))
+    executable = graph._captured[1]
+    graph.update(step(ts.borrow_mut(out).partition(TILE), b))
+    graph.replay()
+    assert np.array_equal(out.numpy(), np.full(N, 6.0, np.float32))
+    assert graph._captured[1] == executable  # updated, not instantiated again
+    graph.replay()
+    assert np.array_equal(out.numpy(), np.full(N, 6.0, np.float32))

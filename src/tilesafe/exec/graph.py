@@ -46,6 +46,7 @@ class CudaGraph:
         self._recording = False
         self._ready = False
         self._captured: Any = None
+        self._captured_nodes: Optional[list] = None  # the nodes self._captured was made from
         self._all_capturable: Optional[bool] = None
 
     @classmethod
@@ -108,10 +109,11 @@ class CudaGraph:
         return self._all_capturable
 
     def _replay_captured(self, stream: Stream) -> None:
-        """Replay as one CUDA graph launch: the nodes are captured once (per stream); each
-        replay checks and borrows every argument once, then launches the whole graph."""
+        """Replay as one CUDA graph launch: the nodes are captured once (again after an
+        ``update``, which then updates the executable graph in place); each replay checks and
+        borrows every argument once, then launches the whole graph."""
         from ..runtime import cuda
-        if self._captured is None:
+        if self._captured_nodes is not self.nodes:
             builder = cuda.graph_builder(stream.native)
             for node in self.nodes:
                 node.capture(builder)
@@ -121,9 +123,11 @@ class CudaGraph:
             per_kernel: dict = {}
             for n in self.nodes:
                 per_kernel[n.kernel] = per_kernel.get(n.kernel, 0) + 1
-            graph = cuda.finish_graph(builder)  # kept: it frees the executable graph
+            previous = self._captured[0] if self._captured is not None else None
+            graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
             self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
                               per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
+            self._captured_nodes = self.nodes
         _, graph_exec, borrows, per_kernel, holder = self._captured
         loans = borrows.lend(holder, self.nodes[0].where, stream)
         cuda.launch_graph(graph_exec, stream.native_address)
@@ -161,8 +165,7 @@ class CudaGraph:
         if len(nodes) != len(self.nodes):
             raise DeviceOpError(f"{where}: update() needs {len(self.nodes)} node(s) like the "
                                 f"recorded graph, got {len(nodes)}")
-        self._captured = None  # the next replay captures the new work
-        self._all_capturable = None
+        self._all_capturable = None  # the next replay captures the new work
         for old, new in zip(self.nodes, nodes):
             why = old.compatible(new)
             if why:

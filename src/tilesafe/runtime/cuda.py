@@ -312,8 +312,17 @@ def graph_builder(stream: Any) -> Any:
     return builder
 
 
-def finish_graph(builder: Any) -> Any:
+def finish_graph(builder: Any, previous: Any = None) -> Any:
+    """End a capture and return its executable graph: ``previous`` updated in place
+    (cuGraphExecUpdate, no new instantiation) when given and the captured work has its
+    topology, else a newly instantiated graph."""
     builder.end_building()
+    if previous is not None:
+        try:
+            previous.update(builder)
+            return previous
+        except Exception:  # noqa: BLE001 (the driver refused the update: instantiate anew)
+            pass
     return builder.complete()
 
 
