@@ -102,13 +102,11 @@ class Event:
     """A point in a stream's work; other streams (or the host) can wait for it."""
 
     def __init__(self) -> None:
-        self._stream: Optional[Stream] = None
         self._native: Any = None
         self._done = threading.Event()
 
     def record(self, stream: Stream) -> "Event":
         """Mark the current end of ``stream``'s work (cpu: already complete)."""
-        self._stream = stream
         if stream.device.kind == "cuda":
             self._native = stream.native.record()
         else:

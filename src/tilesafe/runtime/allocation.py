@@ -60,10 +60,6 @@ class Allocation:
         self.owner = owner
         self.loans: list[Loan] = []
 
-    @property
-    def itemsize(self) -> int:
-        return self.data.itemsize
-
     # -- checks ---------------------------------------------------------------------------
     def conflict(self, lo: int, hi: int, *, write: bool, stream: Any = None) -> Optional[Loan]:
         """The first loan that forbids reading (``write=False``) or writing/lending mutably

@@ -80,21 +80,19 @@ class DeviceBuffer:
     buffer: Any
     ptr: int
     nbytes: int
-    itemsize: int
-    device_index: int
 
 
-def allocate(index: int, nbytes: int, itemsize: int, stream: Any) -> DeviceBuffer:
+def allocate(index: int, nbytes: int, stream: Any) -> DeviceBuffer:
     """Stream-ordered device memory from the device's memory resource."""
     dev = make_current(index)
     buf = dev.memory_resource.allocate(max(nbytes, 1), stream=stream)
-    return DeviceBuffer(buf, int(buf.handle), nbytes, itemsize, index)
+    return DeviceBuffer(buf, int(buf.handle), nbytes)
 
 
-def wrap_foreign(ptr: int, nbytes: int, itemsize: int, index: int, owner: Any) -> DeviceBuffer:
+def wrap_foreign(ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
     """A view of memory owned by another library (kept alive through ``owner``)."""
     buf = _core().Buffer.from_handle(ptr, max(nbytes, 1), owner=owner)
-    return DeviceBuffer(buf, int(ptr), nbytes, itemsize, index)
+    return DeviceBuffer(buf, int(ptr), nbytes)
 
 
 def host_to_device(dst_ptr: int, host: np.ndarray, stream: Any) -> None:

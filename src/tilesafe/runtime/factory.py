@@ -6,7 +6,7 @@ seed gives the same values on every device.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 

@@ -68,7 +68,7 @@ def _from_cuda(obj: Any, where) -> Tensor:
     lo, hi = probe.footprint()
     if lo < 0:
         raise ArgumentError("from_dlpack: negative strides are not supported", where)
-    buf = cuda.wrap_foreign(int(view.ptr), hi, dtype.itemsize, int(view.device_id), obj)
+    buf = cuda.wrap_foreign(int(view.ptr), hi, obj)
     return Tensor(Allocation(buf, Device("cuda", int(view.device_id)), owner=obj), shape, dtype,
                   strides=probe.strides)
 

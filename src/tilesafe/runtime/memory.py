@@ -23,7 +23,7 @@ def from_host(storage: np.ndarray, dtype: DType, device: Device) -> Tensor:
     from . import cuda
     from ..exec.stream import next_stream
     stream = next_stream(device).native
-    buf = cuda.allocate(device.index, storage.nbytes, storage.itemsize, stream)
+    buf = cuda.allocate(device.index, storage.nbytes, stream)
     cuda.host_to_device(buf.ptr, storage, stream)
     return Tensor(Allocation(buf, device), storage.shape, dtype)
 

@@ -90,10 +90,6 @@ class TensorArg:
     view: Optional[Value] = None
     partitions: dict[tuple, Value] = field(default_factory=dict)
 
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
 
 @dataclass(frozen=True)
 class PartitionArg:
@@ -110,7 +106,6 @@ class LoweringContext:
     def __init__(self, kernel: KernelIR, module: ModuleBuilder, fn: FunctionBuilder, *,
                  inbounds: bool, debug: bool):
         self.kernel = kernel
-        self.module = module
         self.fn = fn
         self.inbounds = inbounds
         self.debug = debug

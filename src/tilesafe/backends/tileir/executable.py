@@ -39,7 +39,6 @@ class TileIRExecutable:
 
     def __init__(self, kernel: KernelIR, params: Sequence[Param], cubin: bytes,
                  device_index: int, programmatic: bool = False):
-        self.kernel = kernel
         self.params = [p for p in params if not isinstance(p.spec, ConstSpec)]
         self.kinds = {p.name: p.kind for p in kernel.params}
         self.cubin = cubin
