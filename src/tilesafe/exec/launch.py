@@ -27,13 +27,14 @@ class KernelNode:
         self.shape_key = (prepared.specialization, prepared.grid)
         self.device = prepared.device
         self.label = f"{kernel.name}(...) recorded at {where}"
+        # what recording validated, without loans: a capture packs the launch from it
+        self._validated = PreparedLaunch(prepared.specialization, prepared.grid, prepared.args,
+                                         [], where, prepared.device, prepared.plan)
 
     def capture(self, builder: Any) -> None:
-        """Add this launch to a CUDA graph being built (no loans: replays take them)."""
-        k = self.kernel
-        prepared = prepare(k.name, k.params, self.args, self.grid, self.where, lend=False,
-                           plans=k._plans)
-        k._launch_gpu(prepared, int(builder.stream.handle))
+        """Add this launch to a CUDA graph being built (no loans: each replay checks and
+        borrows the arguments before the graph runs)."""
+        self.kernel._launch_gpu(self._validated, int(builder.stream.handle))
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
