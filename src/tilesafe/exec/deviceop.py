@@ -24,6 +24,7 @@ from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from .._callsite import caller_location
 from ..errors import DeviceOpError, Location
+from ..runtime import cuda
 from ..runtime.device import Device
 from .stream import Stream, next_stream, set_current_stream
 
@@ -222,7 +223,6 @@ async def _await_enqueued(op: DeviceOp[T], stream: Stream, where: Location) -> T
 
 
 def _idle_within(stream: Stream, seconds: float) -> bool:
-    from ..runtime import cuda
     handle, deadline = stream.native_address, time.perf_counter() + seconds
     while not cuda.is_idle(handle):
         if time.perf_counter() > deadline:
