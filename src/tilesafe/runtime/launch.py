@@ -73,6 +73,19 @@ def _outputs(args: Sequence[Any]):
             yield i, a
 
 
+def _tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
+    """``(param, argument, tensor, mutable)`` for every argument that touches memory: a
+    partitioned output (a mapped one included; ``argument`` is then its partition) is
+    mutable, a tensor input only when the parameter is a raw pointer."""
+    for p, a in zip(params, args):
+        if isinstance(a, MappedPartition):
+            yield p, a.partition, a.partition._tensor, True
+        elif isinstance(a, Partition):
+            yield p, a, a._tensor, True
+        elif isinstance(a, Tensor):
+            yield p, a, a, isinstance(p.spec, PointerSpec)
+
+
 def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
     if isinstance(value, MappedPartition):
         value.partition._check_usable("launch with it")
@@ -101,13 +114,7 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
 
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                     where: Location) -> None:
-    tensors = []
-    outputs = dict(_outputs(args))
-    for i, (p, a) in enumerate(zip(params, args)):
-        if i in outputs:
-            tensors.append((p.name, outputs[i]._tensor, True))
-        elif isinstance(a, Tensor):
-            tensors.append((p.name, a, isinstance(p.spec, PointerSpec)))
+    tensors = [(p.name, t, mutable) for p, _, t, mutable in _tensor_arguments(params, args)]
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
             if not (mut_a or mut_b) or ta._alloc is not tb._alloc:
@@ -126,16 +133,9 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """``(allocation, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
-    outputs = dict(_outputs(args))
-    for i, (p, a) in enumerate(zip(params, args)):
-        if i in outputs:
-            t, mutable, action = outputs[i]._tensor, True, f"launch with the partition '{p.name}'"
-        elif isinstance(a, Tensor):
-            t, mutable, action = a, isinstance(p.spec, PointerSpec), f"launch with '{p.name}'"
-        else:
-            continue
-        lo, hi = t.footprint()
-        wanted.append((t._alloc, lo, hi, mutable, action))
+    for p, a, t, mutable in _tensor_arguments(params, args):
+        action = f"launch with '{p.name}'" if a is t else f"launch with the partition '{p.name}'"
+        wanted.append((t._alloc, *t.footprint(), mutable, action))
     return wanted
 
 
@@ -177,12 +177,7 @@ def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any
 def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                    where: Location) -> Device:
     """The one device every tensor argument lives on (the default device if none)."""
-    placed = []
-    outputs = dict(_outputs(args))
-    for i, (p, a) in enumerate(zip(params, args)):
-        t = outputs[i]._tensor if i in outputs else a if isinstance(a, Tensor) else None
-        if t is not None:
-            placed.append((p.name, t.device))
+    placed = [(p.name, t.device) for p, _, t, _ in _tensor_arguments(params, args)]
     devices = {d for _, d in placed}
     if len(devices) > 1:
         listing = ", ".join(f"'{n}' on {d}" for n, d in placed)
@@ -298,16 +293,10 @@ class ReplayBorrows:
         usable: dict[int, tuple[Any, str]] = {}
         wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
         for kernel, args in launches:
-            outputs = dict(_outputs(args))
-            for i, (p, a) in enumerate(zip(kernel.params, args)):
-                if i in outputs:
-                    usable.setdefault(id(outputs[i]), (outputs[i], "replay a graph that writes it"))
-                    t, mutable = outputs[i]._tensor, True
-                elif isinstance(a, Tensor):
-                    usable.setdefault(id(a), (a, "replay a graph that reads it"))
-                    t, mutable = a, isinstance(p.spec, PointerSpec)
-                else:
-                    continue
+            for _, a, t, mutable in _tensor_arguments(kernel.params, args):
+                action = "replay a graph that reads it" if a is t else \
+                    "replay a graph that writes it"
+                usable.setdefault(id(a), (a, action))
                 lo, hi = t.footprint()
                 prev = wanted.get((id(t._alloc), lo, hi))
                 wanted[(id(t._alloc), lo, hi)] = (t._alloc, lo, hi,
