@@ -160,3 +160,16 @@ def test_bad_arguments_are_refused_before_the_driver_is_called():
                 raise AssertionError(f"bind{entries} was not refused")
         assert not seen
     """)
+
+
+def test_a_failed_driver_call_names_the_call_the_users_line_and_a_fix(monkeypatch):
+    from tilesafe.runtime import cuda
+    # (set in the instance's dict: looking the attribute up would bind the real driver)
+    monkeypatch.setitem(vars(cuda._DRIVER_CALLS), "synchronize", lambda stream: 700)
+    with pytest.raises(cuda.CudaError) as failure:
+        cuda.synchronize(0x99)  # the line the error must point at
+    message = str(failure.value)
+    assert f"test_native_launcher.py:{failure.tb.tb_lineno}:" in message
+    assert "cuStreamSynchronize failed:" in message
+    assert "700" in message or "ILLEGAL_ADDRESS" in message
+    assert "fix:" in message and "'cpu' device" in message

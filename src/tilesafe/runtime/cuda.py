@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._callsite import caller_location
 from ..errors import TilesafeError
 
 
@@ -36,9 +37,8 @@ def _driver():
 
 def _check(result: Any, what: str) -> Any:
     err, *rest = result if isinstance(result, tuple) else (result,)
-    driver = _driver()
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise CudaError(f"{what} failed: {err}")
+    if err != _driver().CUresult.CUDA_SUCCESS:
+        _fail(int(err), what)
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
@@ -192,7 +192,16 @@ def is_idle(stream: int) -> bool:
 
 
 def _fail(err: int, what: str) -> None:
-    raise CudaError(f"{what} failed: {_driver().CUresult(err)}")
+    """Raise the CudaError of a failed launch-path call, at the user's line that drove it."""
+    try:
+        name = _driver().CUresult(err).name
+    except Exception:  # noqa: BLE001 (no cuda.bindings, or a code it does not know)
+        name = f"CUresult {err}"
+    raise CudaError(f"{caller_location()}: {what} failed: {name}\n  fix: errors of a kernel "
+                    "that already ran surface at the next driver call and leave the device "
+                    "unusable; run the same work on the 'cpu' device, whose interpreter "
+                    "reports the failing tile program, and check kernels launched under "
+                    "ts.unsafe()")
 
 
 class _BindingsLaunch:
