@@ -16,6 +16,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site:$PWD"
 fi
 export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
+# The compiled launcher (git ignores the built module): build it here from the current source
+# unless a carried build is newer than the source; without it launches use cuda.bindings.
+if ! find src/tilesafe/runtime -name '_launcher*.so' -newer src/tilesafe/runtime/_launcher.c \
+     | grep -q .; then
+  cc -shared -fPIC -O2 -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+     src/tilesafe/runtime/_launcher.c -o src/tilesafe/runtime/_launcher.abi3.so \
+     > "$WORK/launcher_build.log" 2>&1 \
+    || echo "compiled launcher not built (see launcher_build.log): launches use cuda.bindings"
+fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; \
   python3 -m tilesafe info; } 2>&1 | tee "$WORK/env.txt"
 for stage in "${@:-gpu modes}"; do

@@ -12,6 +12,7 @@ def test_info_reports_version_devices_and_gpu_status(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "tilesafe 0.1.0" in out and "devices  cpu" in out and "gpu " in out
+    assert "launches through " in out
 
 
 def test_demo_prints_a_correct_result(capsys):

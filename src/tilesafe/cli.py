@@ -22,7 +22,17 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"numpy    {np.__version__}")
     print(f"devices  {', '.join(d.name for d in devices())} (default: {default_device()})")
     print(f"gpu      {'available' if probe.available else 'not usable'}: {probe.reason}")
+    print(f"launches {_launcher_status()}")
     return 0
+
+
+def _launcher_status() -> str:
+    """Which code makes the driver calls of GPU launches."""
+    import importlib.util
+    if importlib.util.find_spec("tilesafe.runtime._launcher") is not None:
+        return "through the compiled launcher (tilesafe.runtime._launcher)"
+    return ("through cuda.bindings: the compiled launcher was not built (it needs a C compiler "
+            "and Python headers when installing; reinstall with pip install -e . to build it)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
