@@ -173,3 +173,9 @@ def test_a_failed_driver_call_names_the_call_the_users_line_and_a_fix(monkeypatc
     assert "cuStreamSynchronize failed:" in message
     assert "700" in message or "ILLEGAL_ADDRESS" in message
     assert "fix:" in message and "'cpu' device" in message
+
+
+def test_only_the_driver_calls_bind_the_driver_on_first_use():
+    from tilesafe.runtime import cuda
+    with pytest.raises(AttributeError):
+        cuda._DRIVER_CALLS.launch_kernel  # not a launch-path call: no binding is attempted

@@ -289,8 +289,10 @@ class _DriverCalls:
     native launcher when it was built, else cuda.bindings); ``use_native`` switches."""
 
     def __getattr__(self, name: str) -> Any:
+        if name not in _DRIVER_CALL_NAMES:
+            raise AttributeError(name)
         self.use_native(True)
-        return getattr(self, name)
+        return vars(self)[name]
 
     def use_native(self, native: bool) -> bool:
         """Route launches and stream waits through the native launcher (if it was built) or
@@ -302,6 +304,7 @@ class _DriverCalls:
         return not isinstance(calls, _BindingsLaunch)
 
 
+_DRIVER_CALL_NAMES = ("launch", "synchronize", "launch_graph", "query")
 _DRIVER_CALLS = _DriverCalls()
 
 
