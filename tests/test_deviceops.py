@@ -372,3 +372,31 @@ def test_a_recaptured_graph_updates_the_previous_executable_when_the_driver_allo
     assert accepting.sources == [builder] and builder.ended
     assert cuda.finish_graph(Builder(), Executable(refuse=True)) == "instantiated"
     assert cuda.finish_graph(Builder()) == "instantiated"
+
+
+def test_a_stream_wait_ends_only_the_loans_of_work_enqueued_before_it(monkeypatch):
+    """Another thread may enqueue on a shared pool stream while this one waits for it: the
+    loans of that work must outlive this wait (the driver's wait need not cover it)."""
+    from tilesafe.runtime import cuda
+    from tilesafe.runtime.allocation import Allocation
+    from tilesafe.runtime.device import Device
+    stream = ts.Stream(Device("cuda", 0))
+    stream._native_address = 0x99
+    alloc = Allocation(None, Device("cuda", 0))
+    before = alloc.lend(0, 64, mutable=True, holder="work enqueued before", where=None)
+    late = alloc.lend(64, 128, mutable=True, holder="work enqueued during the wait", where=None)
+    stream.on_complete([before], [], None)
+
+    def wait(handle):  # a concurrent launch registers its loans while the driver waits
+        assert handle == 0x99
+        stream.on_complete([late], [], None)
+    monkeypatch.setattr(cuda, "synchronize", wait)
+    stream.synchronize()
+    assert alloc.loans == [late] and stream._pending == [late]
+
+    def failing_wait(handle):
+        raise cuda.CudaError("cuStreamSynchronize failed")
+    monkeypatch.setattr(cuda, "synchronize", failing_wait)
+    with pytest.raises(cuda.CudaError):
+        stream.synchronize()
+    assert alloc.loans == [late] and stream._pending == [late]  # a failed wait ends nothing

@@ -71,12 +71,22 @@ class Stream:
         return cls(device, handle=foreign)
 
     def synchronize(self) -> None:
-        """Wait until all work enqueued on this stream is complete (immediate on cpu)."""
-        if self.device.kind == "cuda":
-            cuda.synchronize(self.native_address)
+        """Wait until all work enqueued on this stream is complete (immediate on cpu), then
+        end the loans of that work.
+
+        Only the loans registered before the wait begins are ended: their work was enqueued
+        before it (a launch registers its loans after enqueueing), so the wait covers it.
+        Another thread may enqueue on a shared stream while this one waits; whether the wait
+        covers that work is undefined, so its loans stay until the next synchronize."""
         pending, self._pending = self._pending, []
-        release_all(pending)
         spent, self._spent = self._spent, []
+        if self.device.kind == "cuda":
+            try:
+                cuda.synchronize(self.native_address)
+            except BaseException:
+                self._pending[:0], self._spent[:0] = pending, spent  # still pending
+                raise
+        release_all(pending)
         for partition, where in spent:
             partition._spend("was borrowed by a launch that completed", where)
 
