@@ -289,3 +289,54 @@ def test_replay_borrows_refuse_a_moved_input_or_a_spent_output_at_every_replay()
     w.partition(8)  # moves the tensor the borrowed output partition is of
     with pytest.raises(MovedError, match="moved at"):
         borrows.lend("a replay", None, None)
+
+
+# -- ownership steps are atomic across threads (runtime.allocation.LEDGER) -------------------
+
+def _rival_inside(monkeypatch, owner, name, rival):
+    """Patch ``owner.name`` so that its first call starts ``rival`` on another thread and gives
+    it half a second; returns what happened: whether the rival finished inside the call, and
+    the error it raised (if any) once it did finish."""
+    import threading
+    original, seen = getattr(owner, name), {}
+
+    def patched(*args, **kwargs):
+        if not seen:
+            seen["started"] = True
+
+            def run():
+                try:
+                    seen["result"] = rival()
+                except Exception as error:  # noqa: BLE001 (the test inspects it)
+                    seen["error"] = error
+            seen["thread"] = threading.Thread(target=run)
+            seen["thread"].start()
+            seen["thread"].join(0.5)
+            seen["finished_inside"] = not seen["thread"].is_alive()
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, patched)
+    return seen
+
+
+def test_no_launch_slips_between_another_launchs_checks_and_loans(monkeypatch):
+    from tilesafe.runtime.allocation import Allocation
+    t, x = ts.zeros(64).sync(), ts.ones(64).sync()
+    seen = _rival_inside(monkeypatch, Allocation, "lend",
+                         lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0))
+    op = scale1d(ts.borrow_mut(t).partition(16), x, 2.0)  # checks t is free, then lends it
+    seen["thread"].join(5)
+    assert not seen["finished_inside"]  # the rival waited for the whole step
+    assert isinstance(seen.get("error"), BorrowError)  # and then found t borrowed
+    z, _, _ = op.sync()
+    assert np.array_equal(t.numpy(), np.full(64, 2.0))
+
+
+def test_no_launch_starts_writing_a_tensor_while_the_host_copies_it(monkeypatch):
+    from tilesafe.runtime import memory
+    t, x = ts.zeros(64).sync(), ts.ones(64).sync()
+    seen = _rival_inside(monkeypatch, memory, "read",
+                         lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0).sync())
+    assert np.array_equal(t.numpy(), np.zeros(64))  # the copy is made before the rival runs
+    seen["thread"].join(5)
+    assert not seen["finished_inside"] and "error" not in seen
+    assert np.array_equal(t.numpy(), np.ones(64))  # the rival ran once the read was done

@@ -263,11 +263,12 @@ class SharedOp(DeviceOp[T]):
 def _mark_shared(result: Any) -> Any:
     from ..runtime.tensor import Tensor
     values = result if isinstance(result, tuple) else (result,)
-    from ..runtime.allocation import bump_ownership_epoch
-    for v in values:
-        if isinstance(v, Tensor):
-            v._shared_at = caller_location()
-    bump_ownership_epoch()
+    from ..runtime.allocation import LEDGER, bump_ownership_epoch
+    with LEDGER:
+        for v in values:
+            if isinstance(v, Tensor):
+                v._shared_at = caller_location()
+        bump_ownership_epoch()
     return result
 
 

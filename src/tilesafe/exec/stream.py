@@ -45,8 +45,11 @@ class Stream:
     def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
         """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
         next synchronized (the point where the host knows the work is complete)."""
+        # No lock needed: the work was enqueued before this call, so a synchronize on another
+        # thread that takes the list this lands in began its wait after the enqueue.
         self._pending.extend(loans)
-        self._spent.extend((p, where) for p in borrowed_partitions)
+        if borrowed_partitions:
+            self._spent.extend((p, where) for p in borrowed_partitions)
 
     @property
     def native(self) -> Any:

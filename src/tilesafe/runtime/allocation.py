@@ -13,10 +13,15 @@ Completion (sync, an awaited future, an observed event) releases the loan. Work 
 stream is ordered after earlier work on the same stream, so loans held by that stream do not
 stop it from enqueueing more (they still stop the host). Byte ranges are the conservative
 footprint ``[lowest, highest]`` of a view.
+
+Threads (awaited pipelines run on waiter threads) share the loans, so every ownership step
+holds :data:`LEDGER` from its checks to its effect: a launch's checks and loans, the end of
+loans, a move, a spend, and a host access until its data has moved.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from ..errors import BorrowError, Location
@@ -105,6 +110,10 @@ class Allocation:
             pass  # already released
 
 
+LEDGER = threading.RLock()
+"""Held by each ownership step, so that no other thread's step lands between its check and its
+effect. Re-entrant: an op collected during a step gives its loans back in the same thread."""
+
 _EPOCH = [0]
 
 
@@ -120,6 +129,10 @@ def bump_ownership_epoch() -> None:
 
 def release_all(loans: list[Loan]) -> None:
     """Release every loan in ``loans`` (idempotent) and empty the list."""
-    for loan in loans:
-        loan.allocation.release(loan)
-    loans.clear()
+    LEDGER.acquire()  # (acquire/release: cheaper than a with-block on every launch)
+    try:
+        for loan in loans:
+            loan.allocation.release(loan)
+        loans.clear()
+    finally:
+        LEDGER.release()

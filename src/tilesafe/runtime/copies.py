@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..exec.deviceop import DeviceOp
 from .._callsite import caller_location
+from .allocation import LEDGER
 from .device import Device, as_device
 from .factory import from_values
 from .memory import write
@@ -50,8 +51,9 @@ class CopyNode:
 
     def replay(self, stream=None) -> Tensor:
         values = self.source.numpy()
-        self.destination._check_access("write this tensor", write=True)
-        write(self.destination, self.destination.dtype.to_storage(np.asarray(values)))
+        with LEDGER:  # no launch may start on it until the copy is written
+            self.destination._check_access("write this tensor", write=True)
+            write(self.destination, self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
 
     def compatible(self, other) -> "str | None":

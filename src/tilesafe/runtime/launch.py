@@ -24,7 +24,7 @@ from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..dtypes import DType
 from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
                       PartitionError)
-from .allocation import _EPOCH, Loan, ownership_epoch
+from .allocation import _EPOCH, LEDGER, Loan, ownership_epoch
 from .device import Device, default_device
 from .partition import MappedPartition, Partition
 from .tensor import Tensor
@@ -249,6 +249,16 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     (compiling without running) the arguments are checked but not borrowed. ``plans`` (a
     kernel's cache) lets a launch with the very same argument objects as an earlier one, and
     no ownership change since, skip re-validation: only the borrows are checked again."""
+    LEDGER.acquire()  # the checks and the loans as one step (see runtime.allocation)
+    try:
+        return _prepare(kernel_name, params, args, grid, where, lend, stream, plans)
+    finally:
+        LEDGER.release()
+
+
+def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
+             grid: Optional[Sequence[int]], where: Location, lend: bool, stream: Any,
+             plans: Optional[dict]) -> PreparedLaunch:
     if isinstance(grid, list):
         grid = tuple(grid)
     key = (tuple(map(id, args)), grid) if plans is not None else None
@@ -307,14 +317,15 @@ class ReplayBorrows:
     def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
         """Check that the arguments are still usable (not moved, not borrowed by other pending
         work) and lend each distinct tensor once, for one replay on ``stream``."""
-        for item, action in self.usable:
-            item._check_usable(action)
-        for alloc, lo, hi, mutable in self.ranges:
-            if alloc.loans:
-                alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
-                            stream=stream)
-        return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
-                for alloc, lo, hi, mutable in self.ranges]
+        with LEDGER:
+            for item, action in self.usable:
+                item._check_usable(action)
+            for alloc, lo, hi, mutable in self.ranges:
+                if alloc.loans:
+                    alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
+                                stream=stream)
+            return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where,
+                               stream=stream) for alloc, lo, hi, mutable in self.ranges]
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
@@ -327,13 +338,13 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
     the borrow of borrowed partitions) end when ``stream`` is synchronized, i.e. when the host
     knows the work is complete; later work on the same stream may use the arguments meanwhile.
     A graph replay does not spend borrowed partitions: the recorded launch keeps them."""
-    for loan in prepared.loans:
-        loan.stream = stream
     borrowed = []
     if spend:
         plan = prepared.plan
         borrowed = plan.borrowed_partitions if plan is not None else \
             _borrowed_partitions(prepared.args)
+    for loan in prepared.loans:  # (no lock: a check seeing either stream is still sound)
+        loan.stream = stream
     stream.on_complete(prepared.loans, borrowed, prepared.where)
     return prepared.args
 

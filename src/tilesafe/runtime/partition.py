@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import Location, MovedError, PartitionError
 from .._callsite import caller_location
 from ..compiler.ops.memory import tile_grid
-from .allocation import bump_ownership_epoch
+from .allocation import LEDGER, bump_ownership_epoch
 from .tensor import Tensor
 
 
@@ -79,9 +79,10 @@ class Partition:
             self._borrowed_from._check_usable(action)
 
     def _spend(self, why: str, where: Location) -> None:
-        self._spent_at = where
-        self._spent_why = why
-        bump_ownership_epoch()
+        with LEDGER:
+            self._spent_at = where
+            self._spent_why = why
+            bump_ownership_epoch()
 
     def unpartition(self) -> Tensor:
         """End the partition and return the whole tensor (the partition is consumed).

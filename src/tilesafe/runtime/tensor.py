@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import BorrowError, Location, MovedError
-from .allocation import Allocation, bump_ownership_epoch
+from .allocation import LEDGER, Allocation, bump_ownership_epoch
 from .._callsite import caller_location
 from .device import Device
 
@@ -171,9 +171,10 @@ class Tensor:
                           stream=stream)
 
     def _move(self, where: Location, action: str) -> None:
-        self._check_access(action, write=True, in_pipeline=True)
-        self._moved_at = where
-        bump_ownership_epoch()
+        with LEDGER:
+            self._check_access(action, write=True, in_pipeline=True)
+            self._moved_at = where
+            bump_ownership_epoch()
 
     # -- data -----------------------------------------------------------------------------
     def _array(self) -> np.ndarray:
@@ -192,9 +193,11 @@ class Tensor:
 
         Raises BorrowError while pending work holds a mutable loan on this tensor.
         """
-        self._check_access("read this tensor", write=False)
         from .memory import read
-        return self.dtype.to_compute(read(self))  # read() already returns a fresh copy
+        with LEDGER:  # no launch may start writing it until the copy is made
+            self._check_access("read this tensor", write=False)
+            data = read(self)  # a fresh copy
+        return self.dtype.to_compute(data)
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "Partition":
         """Move this tensor into a partition of ``tile_shape`` tiles (one per tile program).
