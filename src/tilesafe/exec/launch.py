@@ -24,7 +24,6 @@ class KernelNode:
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location, prepared: PreparedLaunch):
         self.kernel, self.args, self.grid, self.where = kernel, args, grid, where
-        self.shape_key = (prepared.specialization, prepared.grid)
         self.device = prepared.device
         self.label = f"{kernel.name}(...) recorded at {where}"
         # what recording validated, without loans: a capture packs the launch from it
@@ -45,9 +44,9 @@ class KernelNode:
     def compatible(self, other: Any) -> Optional[str]:
         if not isinstance(other, KernelNode) or other.kernel is not self.kernel:
             return "the replacement launches a different kernel"
-        if other.shape_key[0] != self.shape_key[0]:
+        if other._validated.specialization != self._validated.specialization:
             return "the replacement's arguments differ in dtype, static shape or constants"
-        if other.shape_key[1] != self.shape_key[1]:
+        if other._validated.grid != self._validated.grid:
             return "the replacement has a different grid"
         return None
 

@@ -217,16 +217,17 @@ class _BindingsLaunch:
         self._stream_synchronize = driver.cuStreamSynchronize
         self._graph_launch = driver.cuGraphLaunch
         self._stream_query = driver.cuStreamQuery
+        self._function, self._graph_exec = driver.CUfunction, driver.CUgraphExec
         self._configs: dict[tuple[int, int, int, int], Any] = {}
 
     def launch(self, function: int, gx: int, gy: int, gz: int, stream: int, parameters: int,
                programmatic: bool) -> int:
         if programmatic:
             (err,) = self._launch_kernel_ex(self._config(stream, gx, gy, gz),
-                                            _driver().CUfunction(function), parameters, 0)
+                                            self._function(function), parameters, 0)
         else:
-            (err,) = self._launch_kernel(_driver().CUfunction(function), gx, gy, gz, 1, 1, 1,
-                                         0, stream, parameters, 0)
+            (err,) = self._launch_kernel(self._function(function), gx, gy, gz, 1, 1, 1, 0,
+                                         stream, parameters, 0)
         return int(err)
 
     def synchronize(self, stream: int) -> int:
@@ -238,7 +239,7 @@ class _BindingsLaunch:
         return int(err)
 
     def launch_graph(self, graph_exec: int, stream: int) -> int:
-        (err,) = self._graph_launch(_driver().CUgraphExec(graph_exec), stream)
+        (err,) = self._graph_launch(self._graph_exec(graph_exec), stream)
         return int(err)
 
     def _config(self, stream: int, gx: int, gy: int, gz: int) -> Any:
@@ -299,8 +300,8 @@ class _DriverCalls:
         through cuda.bindings; returns whether the native launcher is now in use."""
         calls = _native_launch() if native else None
         calls = calls or _BindingsLaunch()
-        self.launch, self.synchronize = calls.launch, calls.synchronize
-        self.launch_graph, self.query = calls.launch_graph, calls.query
+        for name in _DRIVER_CALL_NAMES:
+            setattr(self, name, getattr(calls, name))
         return not isinstance(calls, _BindingsLaunch)
 
 

@@ -297,7 +297,7 @@ class ReplayBorrows:
     action an error names), and each distinct byte range once, mutable if any launch writes
     it. Views never change their footprint, so only the checks run per replay."""
 
-    __slots__ = ("usable", "ranges")
+    __slots__ = ("usable", "borrows")
 
     def __init__(self, launches: Sequence[tuple[Any, Sequence[Any]]]):
         usable: dict[int, tuple[Any, str]] = {}
@@ -312,7 +312,12 @@ class ReplayBorrows:
                 wanted[(id(t._alloc), lo, hi)] = (t._alloc, lo, hi,
                                                   mutable or (prev[3] if prev else False))
         self.usable = list(usable.values())
-        self.ranges = list(wanted.values())
+        self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
+
+    @property
+    def ranges(self) -> list[tuple[Any, int, int, bool]]:
+        """``(allocation, lo, hi, mutable)`` of each distinct byte range."""
+        return [borrow[:4] for borrow in self.borrows]
 
     def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
         """Check that the arguments are still usable (not moved, not borrowed by other pending
@@ -320,12 +325,7 @@ class ReplayBorrows:
         with LEDGER:
             for item, action in self.usable:
                 item._check_usable(action)
-            for alloc, lo, hi, mutable in self.ranges:
-                if alloc.loans:
-                    alloc.check(lo, hi, write=mutable, action="replay the graph", where=where,
-                                stream=stream)
-            return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where,
-                               stream=stream) for alloc, lo, hi, mutable in self.ranges]
+            return _take_loans(self.borrows, holder, where, stream)
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
