@@ -1,12 +1,18 @@
-"""Build script for the one compiled piece, the optional native launcher
-(src/tilesafe/runtime/_launcher.c, Python's stable ABI, no CUDA headers or libraries needed).
-It is optional: without a C compiler the install still succeeds and launches go through
-cuda.bindings. Everything else about the package is in pyproject.toml."""
+"""Build script for the two compiled pieces, both optional (without a C compiler the install
+still succeeds and their Python equivalents run):
+
+* the native launcher (src/tilesafe/runtime/_launcher.c, Python's stable ABI, no CUDA headers
+  or libraries needed); without it launches go through cuda.bindings;
+* the compiled repeated-launch path (src/tilesafe/exec/_hotpath.c, built for the installing
+  interpreter); without it those methods stay Python (see exec/hotpath.py).
+
+Everything else about the package is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[Extension("tilesafe.runtime._launcher", ["src/tilesafe/runtime/_launcher.c"],
-                           py_limited_api=True, optional=True)],
-    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+                           py_limited_api=True, optional=True),
+                 Extension("tilesafe.exec._hotpath", ["src/tilesafe/exec/_hotpath.c"],
+                           optional=True)],
 )

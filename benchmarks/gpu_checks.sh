@@ -25,6 +25,13 @@ if ! find src/tilesafe/runtime -name '_launcher*.so' -newer src/tilesafe/runtime
      > "$WORK/launcher_build.log" 2>&1 \
     || echo "compiled launcher not built (see launcher_build.log): launches use cuda.bindings"
 fi
+# The compiled repeated-launch path is built for this interpreter (not the stable ABI).
+HOTPATH="src/tilesafe/exec/_hotpath$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+if ! find src/tilesafe/exec -wholename "$HOTPATH" -newer src/tilesafe/exec/_hotpath.c | grep -q .; then
+  cc -shared -fPIC -O2 -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+     src/tilesafe/exec/_hotpath.c -o "$HOTPATH" > "$WORK/hotpath_build.log" 2>&1 \
+    || echo "compiled launch path not built (see hotpath_build.log): those methods run as Python"
+fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; \
   python3 -m tilesafe info; } 2>&1 | tee "$WORK/env.txt"
 for stage in "${@:-gpu modes}"; do

@@ -1,6 +1,6 @@
 """Shared test helpers: a seeded RNG, poisoned outputs (NaN or a sentinel, so an element a
-kernel fails to write is caught), the line of a ``# <- tag`` marker in a test file, and
-integer wrap-around."""
+kernel fails to write is caught), the line of a ``# <- tag`` marker in a test file, integer
+wrap-around, and ``launch_path`` (a test run on the compiled and on the Python launch path)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,20 @@ def wrap(v: int, dtype) -> int:
     if dtype.is_signed and v >= m >> 1:
         v -= m
     return v
+
+
+@pytest.fixture(params=["compiled", "python"])
+def launch_path(request):
+    """Runs a test on the compiled launch path (exec/_hotpath.c) and on its Python definition;
+    the compiled variant is skipped where the extension was not built."""
+    from tilesafe.exec import hotpath
+    compiled = request.param == "compiled"
+    if compiled and not hotpath.compiled_path_built():
+        pytest.skip("the compiled launch path was not built (no C compiler at install)")
+    before = hotpath.compiled_path_in_use()
+    assert hotpath.use_compiled_path(compiled) == compiled
+    yield request.param
+    hotpath.use_compiled_path(before)
 
 
 def pytest_configure(config):

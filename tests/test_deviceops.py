@@ -13,6 +13,8 @@ import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe.errors import BorrowError, DeviceOpError
 
+pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
+
 
 @ts.kernel
 def axpy(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], alpha: float):
@@ -390,13 +392,13 @@ def test_a_stream_wait_ends_only_the_loans_of_work_enqueued_before_it(monkeypatc
     def wait(handle):  # a concurrent launch registers its loans while the driver waits
         assert handle == 0x99
         stream.on_complete([late], [], None)
-    monkeypatch.setattr(cuda, "synchronize", wait)
+        return 0  # CUDA_SUCCESS
+    driver_calls = vars(cuda._DRIVER_CALLS)  # the driver's stream wait, as Stream makes it
+    monkeypatch.setitem(driver_calls, "synchronize", wait)
     stream.synchronize()
     assert alloc.loans == [late] and stream._pending == [late]
 
-    def failing_wait(handle):
-        raise cuda.CudaError("cuStreamSynchronize failed")
-    monkeypatch.setattr(cuda, "synchronize", failing_wait)
-    with pytest.raises(cuda.CudaError):
+    monkeypatch.setitem(driver_calls, "synchronize", lambda handle: 700)  # a kernel fault
+    with pytest.raises(cuda.CudaError, match="cuStreamSynchronize failed"):
         stream.synchronize()
     assert alloc.loans == [late] and stream._pending == [late]  # a failed wait ends nothing

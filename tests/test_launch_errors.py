@@ -22,6 +22,8 @@ from tilesafe.errors import (AliasingError, ArgumentError, CompileError, DeviceO
                              TileShapeMismatchError, UnsafeError)
 from tilesafe.runtime.tensor import Tensor
 
+pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
+
 FILE = os.path.abspath(__file__)
 
 

@@ -16,6 +16,8 @@ import tilesafe.core as tc
 from tilesafe.errors import (AliasingError, ArgumentError, BorrowError, MovedError,
                              PartitionError)
 
+pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
+
 
 @ts.kernel
 def increment(z: tc.MutTensor[tc.f32, "S"]):

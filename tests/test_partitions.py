@@ -17,6 +17,8 @@ import tilesafe.core as tc
 from conftest import poisoned
 from tilesafe.errors import CompileError, DTypeError, KernelRuntimeError, PartitionError
 
+pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
+
 FLOATS = [ts.float16, ts.bfloat16, ts.float32, ts.float64]
 
 

@@ -16,6 +16,7 @@ from .exec.deviceop import DeviceOp, SharedOp, value, zip
 from .exec.graph import CudaGraph
 from .exec.stream import Event, Stream, next_stream
 from .kernel import Kernel, compile, function, kernel, unsafe
+from .exec import hotpath as _hotpath  # noqa: F401,E402 (installs the compiled launch path)
 from .runtime.device import Device, default_device, devices
 from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
 from .runtime.interop import from_dlpack

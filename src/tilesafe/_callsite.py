@@ -1,6 +1,8 @@
 """Finding the user's source line (the first stack frame outside the tilesafe package), so
 host-side errors can say where the offending call was made. Cheap: it runs on every launch
-(a dict lookup per frame walked, keyed by file name)."""
+(a dict lookup per frame walked, keyed by file name). When the compiled path
+(``exec/_hotpath.c``) was built, ``caller_location`` is its C version of the same walk,
+sharing these caches; ``TILESAFE_COMPILED_PATH=0`` keeps the Python one."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def _is_internal(filename: str) -> bool:
     return internal
 
 
-def caller_location() -> Location:
+def _python_caller_location() -> Location:
     """The file:line of the innermost frame that is not tilesafe's own code."""
     frame = sys._getframe(1)
     internal = _INTERNAL
@@ -38,3 +40,18 @@ def caller_location() -> Location:
             return location
         frame = frame.f_back
     return Location("<unknown>", 0)
+
+
+def _compiled_caller_location():
+    if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
+        return None
+    try:
+        from .exec import _hotpath  # type: ignore[attr-defined]
+    except ImportError:  # built without a C compiler
+        return None
+    _hotpath.setup_callsite(_INTERNAL, _LOCATIONS, _is_internal, Location)
+    return _hotpath.caller_location
+
+
+caller_location = _compiled_caller_location() or _python_caller_location
+"""The file:line of the innermost frame that is not tilesafe's own code."""

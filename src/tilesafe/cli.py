@@ -23,6 +23,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"devices  {', '.join(d.name for d in devices())} (default: {default_device()})")
     print(f"gpu      {'available' if probe.available else 'not usable'}: {probe.reason}")
     print(f"launches {_launcher_status()}")
+    print(f"repeats  {_compiled_path_status()}")
     return 0
 
 
@@ -32,6 +33,17 @@ def _launcher_status() -> str:
     if importlib.util.find_spec("tilesafe.runtime._launcher") is not None:
         return "through the compiled launcher (tilesafe.runtime._launcher)"
     return ("through cuda.bindings: the compiled launcher was not built (it needs a C compiler "
+            "and Python headers when installing; reinstall with pip install -e . to build it)")
+
+
+def _compiled_path_status() -> str:
+    """Whether repeated launches (cached plans) run through the compiled path."""
+    from .exec import hotpath
+    if hotpath.compiled_path_in_use():
+        return "through the compiled launch path (tilesafe.exec._hotpath)"
+    if hotpath.compiled_path_built():
+        return "through Python: the compiled launch path is off (TILESAFE_COMPILED_PATH=0)"
+    return ("through Python: the compiled launch path was not built (it needs a C compiler "
             "and Python headers when installing; reinstall with pip install -e . to build it)")
 
 

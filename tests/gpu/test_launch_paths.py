@@ -69,3 +69,28 @@ def test_graph_update_rewrites_the_executable_graph_in_place():
     assert graph._captured[1] == executable  # updated, not instantiated again
     graph.replay()
     assert np.array_equal(out.numpy(), np.full(N, 6.0, np.float32))
+
+
+@ts.kernel
+def accumulate(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
+    z.store(z.load() + tc.load_tile_like(x, z))
+
+
+def test_repeated_launches_are_exact_on_the_compiled_and_python_paths(launch_path, monkeypatch):
+    """Launches repeating the same argument objects hit the cached plan, which the compiled
+    path (exec/_hotpath.c) runs without the Python launch steps."""
+    runs = []
+    run_prepared = accumulate._run_prepared
+    monkeypatch.setattr(accumulate, "_run_prepared",
+                        lambda *a, **k: runs.append(1) or run_prepared(*a, **k), raising=False)
+    x = ts.full(N, 1.0, ts.float32, device=GPU).sync()
+    z = ts.zeros(N, device=GPU).sync().partition(TILE)
+    for _ in range(50):  # per-op
+        z, x = accumulate(z, x).sync()
+    op = accumulate(z, x)  # one pipeline
+    for _ in range(199):
+        op = op.then(lambda r: accumulate(*r))
+    z, x = op.sync()
+    assert np.array_equal(z.unpartition().numpy(), np.full(N, 250.0, np.float32))
+    # on the compiled path only the first launch (no packed launch yet) runs as Python
+    assert len(runs) == {"compiled": 1, "python": 250}[launch_path]

@@ -30,6 +30,8 @@ class Stream:
             ``__cuda_stream__`` (torch, cupy, cuda.core) or an integer handle.
     """
 
+    __slots__ = ("device", "id", "foreign", "handle", "_native", "_native_address", "_pending",
+                 "_spent", "__dict__")
     _ids = itertools.count()
 
     def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):

@@ -30,7 +30,7 @@ from .partition import MappedPartition, Partition
 from .tensor import Tensor
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LaunchPlan:
     """What validating a launch found, reusable while the same argument objects are passed
     again and no ownership changed since (the ownership epoch): specialization, grid, device,

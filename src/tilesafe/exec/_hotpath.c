@@ -1,0 +1,1265 @@
+/* tilesafe.exec._hotpath: the repeated-launch path in C.
+ *
+ * A launch whose arguments are the very objects of an earlier launch (a cached launch plan,
+ * see runtime/launch.py) needs no validation, only its loans; this module does that path and
+ * the few steps around it without running Python bytecode:
+ *
+ *   Kernel.__call__        a launch op from a cached plan (with its loans)
+ *   LaunchOp._execute      enqueue it inside a pipeline (consume, launch, register loans)
+ *   LaunchOp.sync          enqueue it on the next pool stream and wait
+ *   LaunchOp.__del__       give the loans back if the op was never driven
+ *   _Chain.then            extend a chain
+ *   Stream.synchronize     wait for a stream and end the loans of the work it ran
+ *   caller_location        the user's file:line (the first frame outside the package)
+ *
+ * It works on tilesafe's own Python objects: their __slots__ are read and written at the
+ * offsets their member descriptors give (looked up once, in setup()). The Python code stays
+ * the definition: every case this path does not handle (a first launch, a cpu device, a
+ * pending argument, an op driven twice, a conflicting loan, a failure) is handed to the
+ * Python method it replaces, before anything was done. exec/hotpath.py installs the methods;
+ * without a C compiler they stay Python.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <structmember.h>
+
+/* ---- what setup() hands over ------------------------------------------------------------ */
+
+static PyTypeObject *LaunchOpType, *PreparedType, *PlanType, *LoanType, *AllocationType,
+    *ChainType, *StreamType, *PackedType, *TensorType, *PartitionType;
+static PyObject *DeviceOpType;
+static PyObject *Epoch;              /* runtime.allocation._EPOCH, a one-item list */
+static PyObject *LedgerAcquire, *LedgerRelease;
+static PyObject *CurrentLocal;       /* exec.stream._CURRENT (.stream) */
+static PyObject *DriveLocal;         /* exec.deviceop._DRIVE (.where) */
+static PyObject *ThreadLocal;        /* runtime.cuda._THREAD (.index) */
+static PyObject *Holders;            /* runtime.launch._HOLDERS */
+static PyObject *HolderFn, *TakeLoansFn, *ReleaseAllFn, *FailFn, *NextStreamFn;
+static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
+static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
+static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize;
+static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
+
+/* interned names and constants */
+static PyObject *s_stream, *s_where, *s_index, *s_unsafe, *s_plans, *s_name, *s_launch,
+    *s_launch_count, *s_run_prepared, *s_synchronize, *s_native_address, *s_kind,
+    *s_packed, *s_driven, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
+    *s_fn_launch, *s_fn_launch_ex, *s_fn_sync;
+
+/* slot offsets */
+static Py_ssize_t op_run, op_label, op_device, op_driven_at, op_kernel, op_args, op_grid,
+    op_where, op_early, op_early_stream;
+static Py_ssize_t pl_spec, pl_grid, pl_args, pl_loans, pl_where, pl_device, pl_plan;
+static Py_ssize_t plan_args, plan_epoch, plan_spec, plan_grid, plan_device, plan_borrows,
+    plan_backend, plan_borrowed, plan_stream_loans;
+static Py_ssize_t loan_allocation, loan_lo, loan_hi, loan_mutable, loan_holder, loan_where,
+    loan_stream, loan_count;
+static Py_ssize_t alloc_loans;
+static Py_ssize_t chain_first, chain_steps, chain_length;
+static Py_ssize_t st_device, st_pending, st_spent, st_native_address;
+static Py_ssize_t pk_function, pk_grid, pk_index, pk_address, pk_programmatic;
+
+static PyObject *One;
+static int ready = 0;
+
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* the slot's value as a borrowed reference, None when unset */
+static inline PyObject *
+get(PyObject *obj, Py_ssize_t offset)
+{
+    PyObject *value = SLOT(obj, offset);
+    return value ? value : Py_None;
+}
+
+static inline void
+set(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject *old = SLOT(obj, offset);
+    Py_INCREF(value);
+    SLOT(obj, offset) = value;
+    Py_XDECREF(old);
+}
+
+/* set, stealing the reference to value */
+static inline void
+put(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject *old = SLOT(obj, offset);
+    SLOT(obj, offset) = value;
+    Py_XDECREF(old);
+}
+
+static PyObject *
+new_instance(PyTypeObject *type)
+{
+    return type->tp_alloc(type, 0);
+}
+
+/* getattr(local, name, None), a new reference */
+static PyObject *
+local_get(PyObject *local, PyObject *name)
+{
+    PyObject *value;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(local, name, &value) < 0)
+        return NULL;
+#else
+    if (_PyObject_LookupAttr(local, name, &value) < 0)
+        return NULL;
+#endif
+    if (value == NULL)
+        Py_RETURN_NONE;
+    return value;
+}
+
+static int
+ledger_acquire(void)
+{
+    PyObject *r = PyObject_CallNoArgs(LedgerAcquire);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static void
+ledger_release(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* releasing must not lose a pending error */
+    PyObject *r = PyObject_CallNoArgs(LedgerRelease);
+    if (r == NULL)
+        PyErr_WriteUnraisable(LedgerRelease);
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+}
+
+/* ---- caller_location ------------------------------------------------------------------- */
+
+static PyObject *
+location_of(PyObject *filename, int line)
+{
+    PyObject *number = PyLong_FromLong(line);
+    if (number == NULL)
+        return NULL;
+    PyObject *key = PyTuple_Pack(2, filename, number);
+    if (key == NULL) {
+        Py_DECREF(number);
+        return NULL;
+    }
+    PyObject *location = PyDict_GetItemWithError(Locations, key);
+    if (location != NULL) {
+        Py_INCREF(location);
+    } else if (!PyErr_Occurred()) {
+        location = PyObject_CallFunctionObjArgs(LocationType, filename, number, NULL);
+        if (location != NULL && PyDict_SetItem(Locations, key, location) < 0)
+            Py_CLEAR(location);
+    }
+    Py_DECREF(key);
+    Py_DECREF(number);
+    return location;
+}
+
+/* What a frame at (code, instruction) resolved to: its Location, or NULL for tilesafe's own
+ * code. Direct-mapped; an entry holds its code object, so the address is not reused. */
+#define SITES 512
+static struct {
+    PyCodeObject *code;
+    int lasti;
+    PyObject *location;
+} sites[SITES];
+
+static PyObject *
+cached_site(PyCodeObject *code, int lasti, int *found)
+{
+    size_t at = (((size_t)code >> 4) ^ (size_t)lasti * 2654435761u) % SITES;
+    *found = sites[at].code == code && sites[at].lasti == lasti;
+    return sites[at].location;
+}
+
+static void
+remember_site(PyCodeObject *code, int lasti, PyObject *location)
+{
+    size_t at = (((size_t)code >> 4) ^ (size_t)lasti * 2654435761u) % SITES;
+    PyCodeObject *old_code = sites[at].code;
+    PyObject *old_location = sites[at].location;
+    Py_INCREF(code);
+    Py_XINCREF(location);
+    sites[at].code = code;
+    sites[at].lasti = lasti;
+    sites[at].location = location;
+    Py_XDECREF(old_code);
+    Py_XDECREF(old_location);
+}
+
+static PyObject *
+caller_location(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(frame);
+        int lasti = PyFrame_GetLasti(frame), found;
+        PyObject *site = cached_site(code, lasti, &found);
+        if (found) {
+            Py_DECREF(code);
+            if (site != NULL) {
+                Py_DECREF(frame);
+                Py_INCREF(site);
+                return site;
+            }
+            PyFrameObject *back = PyFrame_GetBack(frame);
+            Py_DECREF(frame);
+            frame = back;
+            continue;
+        }
+        PyObject *filename = code->co_filename;
+        Py_INCREF(filename);
+        PyObject *flag = PyDict_GetItemWithError(InternalFiles, filename);
+        int internal;
+        if (flag != NULL) {
+            internal = PyObject_IsTrue(flag);
+        } else if (PyErr_Occurred()) {
+            internal = -1;
+        } else {
+            PyObject *answer = PyObject_CallOneArg(IsInternalFn, filename);
+            internal = answer ? PyObject_IsTrue(answer) : -1;
+            Py_XDECREF(answer);
+        }
+        if (internal < 0) {
+            Py_DECREF(code);
+            Py_DECREF(filename);
+            Py_DECREF(frame);
+            return NULL;
+        }
+        if (!internal) {
+            PyObject *location = location_of(filename, PyFrame_GetLineNumber(frame));
+            if (location != NULL)
+                remember_site(code, lasti, location);
+            Py_DECREF(code);
+            Py_DECREF(filename);
+            Py_DECREF(frame);
+            return location;
+        }
+        remember_site(code, lasti, NULL);
+        Py_DECREF(code);
+        Py_DECREF(filename);
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    return PyObject_CallFunction(LocationType, "Oi", s_unknown, 0);
+}
+
+PyDoc_STRVAR(setup_callsite_doc,
+"setup_callsite(internal_files, locations, is_internal, Location)\n\n"
+"The caches and helpers of tilesafe._callsite that caller_location() shares.");
+
+static PyObject *
+setup_callsite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "setup_callsite(internal_files: dict, locations: dict, is_internal, "
+                        "Location)");
+        return NULL;
+    }
+    if (s_unknown == NULL && (s_unknown = PyUnicode_InternFromString("<unknown>")) == NULL)
+        return NULL;
+    PyObject **targets[4] = {&InternalFiles, &Locations, &IsInternalFn, &LocationType};
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(*targets[i], args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+py_caller_location(PyObject *module, PyObject *unused)
+{
+    if (LocationType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tilesafe.exec._hotpath: setup_callsite() first");
+        return NULL;
+    }
+    return caller_location();
+}
+
+/* ---- loans ----------------------------------------------------------------------------- */
+
+static int
+loan_count_of(PyObject *loan, long *count)
+{
+    *count = PyLong_AsLong(get(loan, loan_count));
+    return (*count == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_count(PyObject *loan, long count)
+{
+    PyObject *value = PyLong_FromLong(count);
+    if (value == NULL)
+        return -1;
+    put(loan, loan_count, value);
+    return 0;
+}
+
+/* Allocation.lend: a use of an existing loan of the same range on the same stream, or a new
+ * loan appended to the allocation's list. A new reference. */
+static PyObject *
+lend(PyObject *alloc, PyObject *lo, PyObject *hi, PyObject *mutable, PyObject *holder,
+     PyObject *where, PyObject *stream)
+{
+    PyObject *loans = get(alloc, alloc_loans);
+    if (!PyList_Check(loans)) {
+        PyErr_SetString(PyExc_TypeError, "an allocation's loans are not a list");
+        return NULL;
+    }
+    if (stream != Py_None) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loans); i++) {
+            PyObject *loan = PyList_GET_ITEM(loans, i);
+            if (Py_TYPE(loan) != LoanType || get(loan, loan_stream) != stream)
+                continue;
+            int same = PyObject_RichCompareBool(get(loan, loan_lo), lo, Py_EQ);
+            if (same > 0)
+                same = PyObject_RichCompareBool(get(loan, loan_hi), hi, Py_EQ);
+            if (same > 0)
+                same = PyObject_RichCompareBool(get(loan, loan_mutable), mutable, Py_EQ);
+            if (same < 0)
+                return NULL;
+            if (same) {
+                long count;
+                if (loan_count_of(loan, &count) < 0 || set_count(loan, count + 1) < 0)
+                    return NULL;
+                Py_INCREF(loan);
+                return loan;
+            }
+        }
+    }
+    PyObject *loan = new_instance(LoanType);
+    if (loan == NULL)
+        return NULL;
+    set(loan, loan_allocation, alloc);
+    set(loan, loan_lo, lo);
+    set(loan, loan_hi, hi);
+    set(loan, loan_mutable, mutable);
+    set(loan, loan_holder, holder);
+    set(loan, loan_where, where);
+    set(loan, loan_stream, stream);
+    if (set_count(loan, 1) < 0 || PyList_Append(loans, loan) < 0) {
+        Py_DECREF(loan);
+        return NULL;
+    }
+    return loan;
+}
+
+/* Allocation.release */
+static int
+release(PyObject *loan)
+{
+    long count;
+    if (Py_TYPE(loan) != LoanType) {
+        PyErr_SetString(PyExc_TypeError, "not a Loan");
+        return -1;
+    }
+    if (loan_count_of(loan, &count) < 0)
+        return -1;
+    if (count > 1)
+        return set_count(loan, count - 1);
+    if (set_count(loan, 0) < 0)
+        return -1;
+    PyObject *loans = get(get(loan, loan_allocation), alloc_loans);
+    if (PyList_Check(loans)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loans); i++) {
+            if (PyList_GET_ITEM(loans, i) == loan)
+                return PySequence_DelItem(loans, i);
+        }
+    }
+    return 0;  /* already released */
+}
+
+/* runtime.allocation.release_all */
+static int
+release_all(PyObject *loans)
+{
+    if (ledger_acquire() < 0)
+        return -1;
+    int status = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loans) && status == 0; i++)
+        status = release(PyList_GET_ITEM(loans, i));
+    if (status == 0)
+        status = PyList_SetSlice(loans, 0, PyList_GET_SIZE(loans), NULL);
+    ledger_release();
+    return status;
+}
+
+static PyObject *
+holder_of(PyObject *kernel_name)
+{
+    PyObject *holder = PyDict_GetItemWithError(Holders, kernel_name);
+    if (holder != NULL) {
+        Py_INCREF(holder);
+        return holder;
+    }
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(HolderFn, kernel_name);
+}
+
+/* runtime.launch._plan_loans (called with the ledger held). A new list. */
+static PyObject *
+plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
+{
+    PyObject *last = get(plan, plan_stream_loans);
+    if (stream != Py_None && PyTuple_Check(last) && PyTuple_GET_SIZE(last) == 2 &&
+        PyTuple_GET_ITEM(last, 0) == stream && PyTuple_Check(PyTuple_GET_ITEM(last, 1)) &&
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(last, 1)) > 0) {
+        PyObject *shared = PyTuple_GET_ITEM(last, 1);
+        Py_ssize_t n = PyTuple_GET_SIZE(shared);
+        int alive = 1;
+        for (Py_ssize_t i = 0; i < n && alive; i++) {
+            long count;
+            PyObject *loan = PyTuple_GET_ITEM(shared, i);
+            if (Py_TYPE(loan) != LoanType || loan_count_of(loan, &count) < 0)
+                return NULL;
+            alive = count > 0;
+        }
+        if (alive) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                long count;
+                PyObject *loan = PyTuple_GET_ITEM(shared, i);
+                if (loan_count_of(loan, &count) < 0 || set_count(loan, count + 1) < 0)
+                    return NULL;
+            }
+            return PySequence_List(shared);
+        }
+    }
+    PyObject *borrows = get(plan, plan_borrows);
+    if (!PyList_Check(borrows)) {
+        PyErr_SetString(PyExc_TypeError, "a launch plan's borrows are not a list");
+        return NULL;
+    }
+    PyObject *kernel_name = PyObject_GetAttr(kernel, s_name);
+    PyObject *holder = kernel_name ? holder_of(kernel_name) : NULL;
+    Py_XDECREF(kernel_name);
+    if (holder == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(borrows);
+    int checks = 0;  /* any allocation with loans: Python's _take_loans checks them */
+    for (Py_ssize_t i = 0; i < n && !checks; i++) {
+        PyObject *borrow = PyList_GET_ITEM(borrows, i);
+        PyObject *loans_now;
+        checks = !PyTuple_Check(borrow) || PyTuple_GET_SIZE(borrow) != 5 ||
+                 Py_TYPE(PyTuple_GET_ITEM(borrow, 0)) != AllocationType ||
+                 !PyList_Check(loans_now = get(PyTuple_GET_ITEM(borrow, 0), alloc_loans)) ||
+                 PyList_GET_SIZE(loans_now) > 0;
+    }
+    PyObject *loans;
+    if (checks) {
+        loans = PyObject_CallFunctionObjArgs(TakeLoansFn, borrows, holder, where, stream, NULL);
+    } else {
+        loans = PyList_New(n);
+        for (Py_ssize_t i = 0; loans != NULL && i < n; i++) {
+            PyObject *b = PyList_GET_ITEM(borrows, i);
+            PyObject *loan = lend(PyTuple_GET_ITEM(b, 0), PyTuple_GET_ITEM(b, 1),
+                                  PyTuple_GET_ITEM(b, 2), PyTuple_GET_ITEM(b, 3), holder,
+                                  where, stream);
+            if (loan == NULL)
+                Py_CLEAR(loans);
+            else
+                PyList_SET_ITEM(loans, i, loan);
+        }
+    }
+    Py_DECREF(holder);
+    if (loans != NULL && stream != Py_None) {
+        PyObject *kept = PySequence_Tuple(loans);
+        PyObject *pair = kept ? PyTuple_Pack(2, stream, kept) : NULL;
+        Py_XDECREF(kept);
+        if (pair == NULL) {
+            Py_DECREF(loans);
+            return NULL;
+        }
+        put(plan, plan_stream_loans, pair);
+    }
+    return loans;
+}
+
+/* ---- Kernel.__call__ ------------------------------------------------------------------- */
+
+/* The plan cached under the key (ids of args, None) -- runtime.launch._prepare's key for a
+ * launch without an explicit grid -- found by comparing ids, without building the key. A
+ * borrowed reference, or NULL. */
+static PyObject *
+find_plan(PyObject *plans, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t position = 0;
+    PyObject *key, *plan;
+    while (PyDict_Next(plans, &position, &key, &plan)) {
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 ||
+            PyTuple_GET_ITEM(key, 1) != Py_None)
+            continue;
+        PyObject *ids = PyTuple_GET_ITEM(key, 0);
+        if (!PyTuple_Check(ids) || PyTuple_GET_SIZE(ids) != nargs)
+            continue;
+        Py_ssize_t i = 0;
+        for (; i < nargs; i++) {
+            PyObject *id = PyTuple_GET_ITEM(ids, i);
+            if (!PyLong_CheckExact(id) || PyLong_AsVoidPtr(id) != (void *)args[i])
+                break;
+        }
+        if (PyErr_Occurred())
+            return NULL;
+        if (i == nargs)
+            return plan;
+    }
+    return NULL;
+}
+
+/* The prepared launch of a cached plan, or None on a miss (the ledger is held). */
+static PyObject *
+prepare_from_plan(PyObject *kernel, PyObject *const *args, Py_ssize_t nargs, PyObject *where,
+                  PyObject *stream)
+{
+    PyObject *plans = PyObject_GetAttr(kernel, s_plans);
+    if (plans == NULL)
+        return NULL;
+    if (!PyDict_Check(plans)) {
+        Py_DECREF(plans);
+        Py_RETURN_NONE;
+    }
+    PyObject *plan = find_plan(plans, args, nargs);
+    Py_XINCREF(plan);
+    Py_DECREF(plans);
+    if (plan == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    int current = Py_TYPE(plan) == PlanType;
+    if (current)
+        current = PyObject_RichCompareBool(get(plan, plan_epoch), PyList_GET_ITEM(Epoch, 0),
+                                           Py_EQ);
+    if (current <= 0) {
+        Py_DECREF(plan);
+        if (current < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *loans = plan_loans(plan, kernel, where, stream);
+    PyObject *prepared = loans ? new_instance(PreparedType) : NULL;
+    if (prepared == NULL) {
+        Py_XDECREF(loans);
+        Py_DECREF(plan);
+        return NULL;
+    }
+    set(prepared, pl_spec, get(plan, plan_spec));
+    set(prepared, pl_grid, get(plan, plan_grid));
+    set(prepared, pl_args, get(plan, plan_args));
+    put(prepared, pl_loans, loans);
+    set(prepared, pl_where, where);
+    set(prepared, pl_device, get(plan, plan_device));
+    put(prepared, pl_plan, plan);
+    return prepared;
+}
+
+static PyObject *
+slow_launch(PyObject *kernel, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *launch = PyObject_GetAttr(kernel, s_launch);
+    if (launch == NULL)
+        return NULL;
+    PyObject *op = PyObject_Vectorcall(launch, args, nargs, NULL);
+    Py_DECREF(launch);
+    return op;
+}
+
+static PyObject *
+kernel_call(PyObject *kernel, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *unsafe = PyObject_GetAttr(kernel, s_unsafe);
+    if (unsafe == NULL)
+        return NULL;
+    int is_unsafe = PyObject_IsTrue(unsafe);
+    Py_DECREF(unsafe);
+    if (is_unsafe < 0)
+        return NULL;
+    if (is_unsafe)  /* the Python path refuses it outside ts.unsafe() */
+        return slow_launch(kernel, args, nargs);
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTypeObject *type = Py_TYPE(args[i]);
+        if (type == TensorType || type == PartitionType)
+            continue;
+        int pending = PyObject_IsInstance(args[i], DeviceOpType);
+        if (pending < 0)
+            return NULL;
+        if (pending)  /* an argument still to be produced */
+            return slow_launch(kernel, args, nargs);
+    }
+    PyObject *where = caller_location();
+    if (where == NULL)
+        return NULL;
+    PyObject *stream = local_get(CurrentLocal, s_stream);
+    if (stream == NULL || ledger_acquire() < 0) {
+        Py_DECREF(where);
+        Py_XDECREF(stream);
+        return NULL;
+    }
+    PyObject *prepared = prepare_from_plan(kernel, args, nargs, where, stream);
+    ledger_release();
+    if (prepared == Py_None) {
+        Py_DECREF(prepared);
+        Py_DECREF(where);
+        Py_DECREF(stream);
+        return slow_launch(kernel, args, nargs);
+    }
+    PyObject *op = prepared ? new_instance(LaunchOpType) : NULL;
+    if (op == NULL) {
+        Py_XDECREF(prepared);
+        Py_DECREF(where);
+        Py_DECREF(stream);
+        return NULL;
+    }
+    set(op, op_run, Py_None);
+    set(op, op_label, Py_None);
+    set(op, op_driven_at, Py_None);
+    set(op, op_device, get(prepared, pl_device));
+    set(op, op_kernel, kernel);
+    set(op, op_args, get(prepared, pl_args));
+    set(op, op_grid, Py_None);
+    put(op, op_where, where);
+    put(op, op_early, prepared);
+    put(op, op_early_stream, stream);
+    return op;
+}
+
+/* ---- running a prepared launch --------------------------------------------------------- */
+
+static PyObject *last_cuda_device;  /* devices are immutable: remember the last cuda one */
+
+static int
+is_cuda(PyObject *device)
+{
+    if (device == last_cuda_device)
+        return 1;
+    PyObject *kind = PyObject_GetAttr(device, s_kind);
+    if (kind == NULL)
+        return -1;
+    int cuda = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_cuda) == 0;
+    Py_DECREF(kind);
+    if (cuda) {
+        Py_INCREF(device);
+        Py_XSETREF(last_cuda_device, device);
+    }
+    return cuda;
+}
+
+/* runtime.launch.recover with spend=True, for a launch that has a plan */
+static int
+recover(PyObject *prepared, PyObject *stream)
+{
+    PyObject *loans = get(prepared, pl_loans);
+    PyObject *borrowed = get(get(prepared, pl_plan), plan_borrowed);
+    PyObject *pending = get(stream, st_pending);
+    if (!PyList_Check(loans) || !PyList_Check(borrowed) || !PyList_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "recover: unexpected launch state");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loans); i++) {
+        PyObject *loan = PyList_GET_ITEM(loans, i);
+        if (Py_TYPE(loan) == LoanType)
+            set(loan, loan_stream, stream);
+        else if (PyObject_SetAttr(loan, s_stream, stream) < 0)
+            return -1;
+    }
+    Py_ssize_t end = PyList_GET_SIZE(pending);
+    if (PyList_SetSlice(pending, end, end, loans) < 0)
+        return -1;
+    if (PyList_GET_SIZE(borrowed) > 0) {
+        PyObject *spent = get(stream, st_spent);
+        if (!PyList_Check(spent))
+            return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(borrowed); i++) {
+            PyObject *entry = PyTuple_Pack(2, PyList_GET_ITEM(borrowed, i),
+                                           get(prepared, pl_where));
+            if (entry == NULL || PyList_Append(spent, entry) < 0) {
+                Py_XDECREF(entry);
+                return -1;
+            }
+            Py_DECREF(entry);
+        }
+    }
+    return 0;
+}
+
+/* The packed launch of a prepared cuda launch ready to enqueue from here (a borrowed
+ * reference), or NULL with no error set when the Python path must run it. */
+static PyObject *
+ready_packed(PyObject *prepared, PyObject *stream, int *failed)
+{
+    *failed = 0;
+    PyObject *device = get(prepared, pl_device);
+    PyObject *plan = get(prepared, pl_plan);
+    if (Py_TYPE(stream) != StreamType || get(stream, st_device) != device ||
+        Py_TYPE(plan) != PlanType || !PyLong_Check(get(stream, st_native_address)))
+        return NULL;
+    int cuda = is_cuda(device);
+    if (cuda <= 0) {
+        *failed = cuda < 0;
+        return NULL;
+    }
+    PyObject *backend = get(plan, plan_backend);
+    PyObject *packed = PyDict_Check(backend) ? PyDict_GetItemWithError(backend, s_packed) : NULL;
+    if (packed == NULL || Py_TYPE(packed) != PackedType) {
+        *failed = PyErr_Occurred() != NULL;
+        return NULL;
+    }
+    /* the device's context must be current on this thread (runtime.cuda.launch_packed) */
+    PyObject *index = local_get(ThreadLocal, s_index);
+    if (index == NULL) {
+        *failed = 1;
+        return NULL;
+    }
+    int same = PyObject_RichCompareBool(index, get(packed, pk_index), Py_EQ);
+    Py_DECREF(index);
+    if (same <= 0) {
+        *failed = same < 0;
+        return NULL;
+    }
+    return packed;
+}
+
+static PyObject *
+fail(PyObject *err, PyObject *what)
+{
+    PyObject *r = PyObject_CallFunctionObjArgs(FailFn, err, what, NULL);
+    Py_XDECREF(r);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "a driver call failed");
+    return NULL;
+}
+
+/* Kernel._run_prepared(prepared, stream): the launch itself when it is ready to enqueue,
+ * else the Python method. */
+static PyObject *
+run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream)
+{
+    int failed;
+    PyObject *packed = ready_packed(prepared, stream, &failed);
+    if (packed == NULL) {
+        if (failed)
+            return NULL;
+        return PyObject_CallMethodObjArgs(kernel, s_run_prepared, prepared, stream, NULL);
+    }
+    PyObject *grid = get(packed, pk_grid);
+    PyObject *launch = PyObject_GetAttr(DriverCalls, s_launch);
+    if (launch == NULL)
+        return NULL;
+    if (!PyTuple_Check(grid) || PyTuple_GET_SIZE(grid) != 3) {
+        Py_DECREF(launch);
+        PyErr_SetString(PyExc_TypeError, "a packed launch's grid is not 3 extents");
+        return NULL;
+    }
+    PyObject *programmatic = get(packed, pk_programmatic);
+    PyObject *call[7] = {get(packed, pk_function), PyTuple_GET_ITEM(grid, 0),
+                         PyTuple_GET_ITEM(grid, 1), PyTuple_GET_ITEM(grid, 2),
+                         get(stream, st_native_address), get(packed, pk_address), programmatic};
+    PyObject *err = PyObject_Vectorcall(launch, call, 7, NULL);
+    Py_DECREF(launch);
+    int ok = 0;
+    if (err != NULL) {
+        int nonzero = PyObject_IsTrue(err);
+        ok = nonzero == 0;
+        if (ok) {
+            PyObject *count = PyObject_GetAttr(kernel, s_launch_count);
+            PyObject *more = count ? PyNumber_Add(count, One) : NULL;
+            ok = more != NULL && PyObject_SetAttr(kernel, s_launch_count, more) == 0;
+            Py_XDECREF(count);
+            Py_XDECREF(more);
+        }
+    }
+    /* the loans are registered whatever happened (Python: finally: recover) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int recovered = recover(prepared, stream);
+    if (type != NULL) {
+        if (recovered < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    if (err != NULL && ok && recovered == 0) {
+        Py_DECREF(err);
+        PyObject *args = get(prepared, pl_args);
+        Py_INCREF(args);
+        return args;
+    }
+    if (err != NULL && !PyErr_Occurred()) {  /* the driver refused: a CudaError */
+        int programmatic_launch = PyObject_IsTrue(programmatic);
+        fail(err, programmatic_launch > 0 ? s_fn_launch_ex : s_fn_launch);
+    }
+    Py_XDECREF(err);
+    return NULL;
+}
+
+/* ---- LaunchOp -------------------------------------------------------------------------- */
+
+static PyObject *last_driven;  /* (how, where) tuples are immutable: a drive loop shares one */
+
+static int
+mark_driven(PyObject *op, PyObject *how, PyObject *where)
+{
+    if (last_driven == NULL || PyTuple_GET_ITEM(last_driven, 0) != how ||
+        PyTuple_GET_ITEM(last_driven, 1) != where) {
+        PyObject *driven = PyTuple_Pack(2, how, where);
+        if (driven == NULL)
+            return -1;
+        Py_XSETREF(last_driven, driven);
+    }
+    set(op, op_driven_at, last_driven);
+    return 0;
+}
+
+static PyObject *
+launch_execute(PyObject *op, PyObject *stream)
+{
+    if (Py_TYPE(op) != LaunchOpType || get(op, op_driven_at) != Py_None)
+        return PyObject_CallFunctionObjArgs(SlowExecute, op, stream, NULL);
+    PyObject *where = local_get(DriveLocal, s_where);
+    if (where == NULL)
+        return NULL;
+    int given = PyObject_IsTrue(where);
+    if (given <= 0) {
+        Py_DECREF(where);
+        where = given < 0 ? NULL : caller_location();
+        if (where == NULL)
+            return NULL;
+    }
+    int marked = mark_driven(op, s_driven, where);
+    Py_DECREF(where);
+    if (marked < 0)
+        return NULL;
+    PyObject *prepared = get(op, op_early), *early_stream = get(op, op_early_stream);
+    if (Py_TYPE(prepared) != PreparedType || (early_stream != Py_None && early_stream != stream))
+        return PyObject_CallFunctionObjArgs(SlowPerform, op, stream, NULL);
+    return run_prepared(get(op, op_kernel), prepared, stream);
+}
+
+static PyObject *
+next_stream(PyObject *device)
+{
+    PyObject *cycle = PyDict_GetItemWithError(PoolCycles, device);
+    if (cycle != NULL) {
+        PyObject *stream = PyIter_Next(cycle);
+        if (stream != NULL || PyErr_Occurred())
+            return stream;
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallOneArg(NextStreamFn, device);
+}
+
+static PyObject *
+synchronize_stream(PyObject *stream)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(stream, s_synchronize);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+launch_sync(PyObject *op, PyObject *unused)
+{
+    PyObject *prepared = Py_TYPE(op) == LaunchOpType ? get(op, op_early) : Py_None;
+    if (Py_TYPE(prepared) != PreparedType || get(op, op_driven_at) != Py_None ||
+        get(op, op_early_stream) != Py_None)
+        return PyObject_CallOneArg(SlowSync, op);
+    Py_INCREF(prepared);
+    PyObject *stream = next_stream(get(op, op_device));
+    PyObject *where = stream ? caller_location() : NULL;
+    if (where == NULL || mark_driven(op, s_driven, where) < 0) {
+        Py_XDECREF(where);
+        Py_XDECREF(stream);
+        Py_DECREF(prepared);
+        return NULL;
+    }
+    Py_DECREF(where);
+    PyObject *result = run_prepared(get(op, op_kernel), prepared, stream);
+    Py_DECREF(prepared);
+    /* finally: stream.synchronize() (its error, if any, wins as in Python) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *synced = synchronize_stream(stream);
+    Py_DECREF(stream);
+    if (synced == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(synced);
+    PyErr_Restore(type, value, tb);
+    return result;
+}
+
+static PyObject *
+launch_del(PyObject *op, PyObject *unused)
+{
+    PyObject *prepared = get(op, op_early);
+    if (prepared == Py_None || get(op, op_driven_at) != Py_None)
+        Py_RETURN_NONE;
+    PyObject *loans = Py_TYPE(prepared) == PreparedType ? get(prepared, pl_loans) : Py_None;
+    if (PyList_Check(loans) && PyList_GET_SIZE(loans) > 0)
+        return PyObject_CallOneArg(ReleaseAllFn, loans);
+    Py_RETURN_NONE;
+}
+
+/* ---- _Chain.then ----------------------------------------------------------------------- */
+
+static PyObject *
+chain_then(PyObject *chain, PyObject *fn)
+{
+    if (Py_TYPE(chain) != ChainType || get(chain, op_driven_at) != Py_None ||
+        !PyList_Check(get(chain, chain_steps)))
+        return PyObject_CallFunctionObjArgs(SlowThen, chain, fn, NULL);
+    PyObject *where = caller_location();
+    if (where == NULL)
+        return NULL;
+    int marked = mark_driven(chain, s_then_how, where);
+    Py_DECREF(where);
+    PyObject *steps = get(chain, chain_steps);
+    if (marked < 0 || PyList_Append(steps, fn) < 0)
+        return NULL;
+    PyObject *length = PyLong_FromSsize_t(PyList_GET_SIZE(steps));
+    PyObject *next = length ? new_instance(ChainType) : NULL;
+    if (next == NULL) {
+        Py_XDECREF(length);
+        return NULL;
+    }
+    set(next, op_run, Py_None);
+    set(next, op_label, Py_None);
+    set(next, op_driven_at, Py_None);
+    set(next, op_device, get(chain, op_device));
+    set(next, chain_first, get(chain, chain_first));
+    set(next, chain_steps, steps);
+    put(next, chain_length, length);
+    return next;
+}
+
+/* ---- Stream.synchronize ---------------------------------------------------------------- */
+
+static int
+restore_front(PyObject *stream, Py_ssize_t offset, PyObject *items)
+{
+    PyObject *list = get(stream, offset);
+    return PyList_Check(list) ? PyList_SetSlice(list, 0, 0, items) : -1;
+}
+
+static PyObject *
+stream_synchronize(PyObject *stream, PyObject *unused)
+{
+    if (Py_TYPE(stream) != StreamType || !PyList_Check(get(stream, st_pending)) ||
+        !PyList_Check(get(stream, st_spent)))
+        return PyObject_CallOneArg(SlowSynchronize, stream);
+    int cuda = is_cuda(get(stream, st_device));
+    if (cuda < 0)
+        return NULL;
+    PyObject *fresh_pending = PyList_New(0), *fresh_spent = PyList_New(0);
+    if (fresh_pending == NULL || fresh_spent == NULL) {
+        Py_XDECREF(fresh_pending);
+        Py_XDECREF(fresh_spent);
+        return NULL;
+    }
+    PyObject *pending = get(stream, st_pending), *spent = get(stream, st_spent);
+    Py_INCREF(pending);
+    Py_INCREF(spent);
+    put(stream, st_pending, fresh_pending);
+    put(stream, st_spent, fresh_spent);
+    int waited = 1;
+    if (cuda > 0) {
+        PyObject *address = get(stream, st_native_address);
+        if (PyLong_Check(address))
+            Py_INCREF(address);
+        else
+            address = PyObject_GetAttr(stream, s_native_address);
+        PyObject *sync = address ? PyObject_GetAttr(DriverCalls, s_synchronize) : NULL;
+        PyObject *err = sync ? PyObject_CallOneArg(sync, address) : NULL;
+        Py_XDECREF(sync);
+        Py_XDECREF(address);
+        int nonzero = err ? PyObject_IsTrue(err) : -1;
+        if (nonzero != 0) {
+            waited = 0;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            if (restore_front(stream, st_pending, pending) < 0 ||
+                restore_front(stream, st_spent, spent) < 0)
+                PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            if (nonzero > 0)
+                fail(err, s_fn_sync);
+        }
+        Py_XDECREF(err);
+    }
+    PyObject *result = NULL;
+    if (waited && release_all(pending) == 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spent); i++) {
+            PyObject *entry = PyList_GET_ITEM(spent, i);
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a stream's spent partitions are pairs");
+                Py_CLEAR(result);
+                break;
+            }
+            PyObject *r = PyObject_CallMethodObjArgs(PyTuple_GET_ITEM(entry, 0), s_spend,
+                                                     s_spend_why, PyTuple_GET_ITEM(entry, 1),
+                                                     NULL);
+            if (r == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            Py_DECREF(r);
+        }
+    }
+    Py_DECREF(pending);
+    Py_DECREF(spent);
+    return result;
+}
+
+/* ---- setup and installation ------------------------------------------------------------ */
+
+static int
+slot_offset(PyObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttrString(type, name);
+    if (descr == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "%R.%s is not a __slots__ member", type, name);
+    Py_DECREF(descr);
+    return ok ? 0 : -1;
+}
+
+typedef struct {
+    const char *name;
+    Py_ssize_t *offset;
+} SlotName;
+
+static int
+offsets(PyObject *type, const SlotName *names)
+{
+    for (; names->name != NULL; names++) {
+        if (slot_offset(type, names->name, names->offset) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+take(PyObject *config, const char *key, PyObject **out)
+{
+    PyObject *value = PyDict_GetItemString(config, key);
+    if (value == NULL) {
+        PyErr_Format(PyExc_KeyError, "setup: missing %s", key);
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(*out, value);
+    return 0;
+}
+
+static int
+take_type(PyObject *config, const char *key, PyTypeObject **out)
+{
+    PyObject *value = NULL;
+    if (take(config, key, &value) < 0)
+        return -1;
+    if (!PyType_Check(value)) {
+        Py_DECREF(value);
+        PyErr_Format(PyExc_TypeError, "setup: %s is not a class", key);
+        return -1;
+    }
+    Py_XSETREF(*out, (PyTypeObject *)value);
+    return 0;
+}
+
+static int
+intern(PyObject **out, const char *text)
+{
+    if (*out == NULL)
+        *out = PyUnicode_InternFromString(text);
+    return *out ? 0 : -1;
+}
+
+PyDoc_STRVAR(setup_doc,
+"setup(config)\n\n"
+"Hand over the classes, functions and state the compiled path works on (a dict; see\n"
+"exec/hotpath.py). Checks that every slot it touches is a __slots__ member.");
+
+static PyObject *
+setup(PyObject *module, PyObject *config)
+{
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "setup takes a dict");
+        return NULL;
+    }
+    ready = 0;
+    if (One == NULL && (One = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    if (intern(&s_stream, "stream") || intern(&s_where, "where") || intern(&s_index, "index") ||
+        intern(&s_unsafe, "_unsafe") || intern(&s_plans, "_plans") || intern(&s_name, "name") ||
+        intern(&s_launch, "launch") || intern(&s_launch_count, "launch_count") ||
+        intern(&s_run_prepared, "_run_prepared") || intern(&s_synchronize, "synchronize") ||
+        intern(&s_native_address, "native_address") || intern(&s_kind, "kind") ||
+        intern(&s_packed, "packed") || intern(&s_driven, "driven") ||
+        intern(&s_then_how, "extended with .then()") || intern(&s_spend, "_spend") ||
+        intern(&s_spend_why, "was borrowed by a launch that completed") ||
+        intern(&s_cuda, "cuda") || intern(&s_unknown, "<unknown>") ||
+        intern(&s_fn_launch, "cuLaunchKernel") || intern(&s_fn_launch_ex, "cuLaunchKernelEx") ||
+        intern(&s_fn_sync, "cuStreamSynchronize"))
+        return NULL;
+    if (take_type(config, "LaunchOp", &LaunchOpType) || take_type(config, "PreparedLaunch",
+            &PreparedType) || take_type(config, "LaunchPlan", &PlanType) ||
+        take_type(config, "Loan", &LoanType) || take_type(config, "Chain", &ChainType) ||
+        take_type(config, "Allocation", &AllocationType) ||
+        take_type(config, "Stream", &StreamType) ||
+        take_type(config, "PackedLaunch", &PackedType) ||
+        take_type(config, "Tensor", &TensorType) ||
+        take_type(config, "Partition", &PartitionType) ||
+        take(config, "DeviceOp", &DeviceOpType) || take(config, "epoch", &Epoch) ||
+        take(config, "ledger_acquire", &LedgerAcquire) ||
+        take(config, "ledger_release", &LedgerRelease) ||
+        take(config, "current", &CurrentLocal) || take(config, "drive", &DriveLocal) ||
+        take(config, "thread", &ThreadLocal) || take(config, "holders", &Holders) ||
+        take(config, "holder", &HolderFn) || take(config, "take_loans", &TakeLoansFn) ||
+        take(config, "release_all", &ReleaseAllFn) || take(config, "fail", &FailFn) ||
+        take(config, "next_stream", &NextStreamFn) ||
+        take(config, "driver_calls", &DriverCalls) ||
+        take(config, "pool_cycles", &PoolCycles) ||
+        take(config, "slow_execute", &SlowExecute) ||
+        take(config, "slow_perform", &SlowPerform) || take(config, "slow_sync", &SlowSync) ||
+        take(config, "slow_then", &SlowThen) ||
+        take(config, "slow_synchronize", &SlowSynchronize))
+        return NULL;
+    if (LocationType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup: setup_callsite() first");
+        return NULL;
+    }
+    if (!PyList_Check(Epoch) || PyList_GET_SIZE(Epoch) != 1 || !PyDict_Check(Holders) ||
+        !PyDict_Check(PoolCycles)) {
+        PyErr_SetString(PyExc_TypeError, "setup: unexpected state objects");
+        return NULL;
+    }
+    const SlotName op[] = {{"_run", &op_run}, {"_label", &op_label}, {"device", &op_device},
+        {"_driven_at", &op_driven_at}, {"_kernel", &op_kernel}, {"_args", &op_args},
+        {"_grid", &op_grid}, {"_where", &op_where}, {"_early", &op_early},
+        {"_early_stream", &op_early_stream}, {NULL, NULL}};
+    const SlotName prepared[] = {{"specialization", &pl_spec}, {"grid", &pl_grid},
+        {"args", &pl_args}, {"loans", &pl_loans}, {"where", &pl_where},
+        {"device", &pl_device}, {"plan", &pl_plan}, {NULL, NULL}};
+    const SlotName plan[] = {{"args", &plan_args}, {"epoch", &plan_epoch},
+        {"specialization", &plan_spec}, {"grid", &plan_grid}, {"device", &plan_device},
+        {"borrows", &plan_borrows}, {"backend", &plan_backend},
+        {"borrowed_partitions", &plan_borrowed}, {"stream_loans", &plan_stream_loans},
+        {NULL, NULL}};
+    const SlotName loan[] = {{"allocation", &loan_allocation}, {"lo", &loan_lo},
+        {"hi", &loan_hi}, {"mutable", &loan_mutable}, {"holder", &loan_holder},
+        {"where", &loan_where}, {"stream", &loan_stream}, {"count", &loan_count},
+        {NULL, NULL}};
+    const SlotName chain[] = {{"_first", &chain_first}, {"_steps", &chain_steps},
+        {"_length", &chain_length}, {NULL, NULL}};
+    const SlotName stream[] = {{"device", &st_device}, {"_pending", &st_pending},
+        {"_spent", &st_spent}, {"_native_address", &st_native_address}, {NULL, NULL}};
+    const SlotName packed[] = {{"function", &pk_function}, {"grid", &pk_grid},
+        {"index", &pk_index}, {"address", &pk_address}, {"programmatic", &pk_programmatic},
+        {NULL, NULL}};
+    const SlotName allocation[] = {{"loans", &alloc_loans}, {NULL, NULL}};
+    Py_ssize_t chain_run, chain_label, chain_device, chain_driven;
+    const SlotName chain_base[] = {{"_run", &chain_run}, {"_label", &chain_label},
+        {"device", &chain_device}, {"_driven_at", &chain_driven}, {NULL, NULL}};
+    if (offsets((PyObject *)LaunchOpType, op) || offsets((PyObject *)PreparedType, prepared) ||
+        offsets((PyObject *)PlanType, plan) || offsets((PyObject *)LoanType, loan) ||
+        offsets((PyObject *)ChainType, chain) || offsets((PyObject *)StreamType, stream) ||
+        offsets((PyObject *)PackedType, packed) || offsets((PyObject *)AllocationType, allocation) ||
+        offsets((PyObject *)ChainType, chain_base))
+        return NULL;
+    /* both op classes share DeviceOp's slots (written through the LaunchOp offsets) */
+    if (chain_run != op_run || chain_label != op_label || chain_device != op_device ||
+        chain_driven != op_driven_at) {
+        PyErr_SetString(PyExc_TypeError, "setup: _Chain and LaunchOp lay out DeviceOp apart");
+        return NULL;
+    }
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef kernel_call_def = {
+    "__call__", (PyCFunction)(void (*)(void))kernel_call, METH_FASTCALL,
+    "A lazy launch of the kernel with these arguments (see Kernel.launch)."};
+static PyMethodDef launch_execute_def = {
+    "_execute", launch_execute, METH_O, "Run on the stream (once)."};
+static PyMethodDef launch_sync_def = {
+    "sync", launch_sync, METH_NOARGS,
+    "Run on the device's next pool stream and wait for it."};
+static PyMethodDef launch_del_def = {
+    "__del__", launch_del, METH_NOARGS,
+    "An op dropped without being driven (or recorded) gives its loans back."};
+static PyMethodDef chain_then_def = {
+    "then", chain_then, METH_O, "Extend the chain with another step (see DeviceOp.then)."};
+static PyMethodDef stream_synchronize_def = {
+    "synchronize", stream_synchronize, METH_NOARGS,
+    "Wait for the stream's work, then end the loans registered before the wait."};
+
+static PyMethodDef *const installable[] = {&kernel_call_def, &launch_execute_def,
+    &launch_sync_def, &launch_del_def, &chain_then_def, &stream_synchronize_def, NULL};
+
+PyDoc_STRVAR(method_doc,
+"method(cls, name) -> descriptor\n\n"
+"The compiled version of the method `name` of `cls`, as a method descriptor to set on the\n"
+"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then and\n"
+"Stream.synchronize (setup() first).");
+
+static PyObject *
+method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "method(cls, name)");
+        return NULL;
+    }
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "tilesafe.exec._hotpath: setup() first");
+        return NULL;
+    }
+    for (PyMethodDef *const *def = installable; *def != NULL; def++) {
+        if (PyUnicode_CompareWithASCIIString(args[1], (*def)->ml_name) == 0)
+            return PyDescr_NewMethod((PyTypeObject *)args[0], *def);
+    }
+    PyErr_Format(PyExc_KeyError, "no compiled method %R", args[1]);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_O, setup_doc},
+    {"method", (PyCFunction)(void (*)(void))method, METH_FASTCALL, method_doc},
+    {"setup_callsite", (PyCFunction)(void (*)(void))setup_callsite, METH_FASTCALL,
+     setup_callsite_doc},
+    {"caller_location", py_caller_location, METH_NOARGS,
+     "The file:line of the innermost frame that is not tilesafe's own code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, "tilesafe.exec._hotpath",
+    "The repeated-launch path in C (see exec/hotpath.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    return PyModule_Create(&module_definition);
+}

@@ -1,0 +1,97 @@
+"""The compiled repeated-launch path: which methods run as C (``exec/_hotpath.c``).
+
+A launch that repeats an earlier one with the very same argument objects (a cached launch
+plan) needs no validation, only its loans. When the extension was built, these methods are its
+C versions, which do that path without running Python bytecode and hand every other case to
+the Python method they replace, before doing anything:
+
+* ``Kernel.__call__`` (a launch op from a cached plan);
+* ``LaunchOp._execute``, ``LaunchOp.sync`` and ``LaunchOp.__del__``;
+* ``_Chain.then`` (extending a chain);
+* ``Stream.synchronize`` (waiting for a stream and ending the loans of its work).
+
+(``tilesafe._callsite.caller_location`` is the C version of its frame walk from import on.)
+
+The Python code is the definition of what they do; the test suite runs on both paths.
+:func:`use_compiled_path` switches (``TILESAFE_COMPILED_PATH=0`` in the environment keeps the
+Python methods from the start).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .. import _callsite
+from ..kernel import Kernel
+from ..runtime import allocation, cuda
+from ..runtime import launch as runtime_launch
+from ..runtime.partition import Partition
+from ..runtime.tensor import Tensor
+from . import deviceop, launch, stream
+
+try:
+    from . import _hotpath  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: the Python methods stay
+    _hotpath = None
+
+_PYTHON_METHODS: list[tuple[type, str, Any]] = [
+    (Kernel, "__call__", Kernel.__dict__["__call__"]),
+    (launch.LaunchOp, "_execute", deviceop.DeviceOp._execute),
+    (launch.LaunchOp, "sync", launch.LaunchOp.__dict__["sync"]),
+    (launch.LaunchOp, "__del__", launch.LaunchOp.__dict__["__del__"]),
+    (deviceop._Chain, "then", deviceop._Chain.__dict__["then"]),
+    (stream.Stream, "synchronize", stream.Stream.__dict__["synchronize"]),
+]
+_state = {"in_use": False}
+
+
+def _setup() -> None:
+    ledger = allocation.LEDGER
+    _hotpath.setup({
+        "LaunchOp": launch.LaunchOp, "PreparedLaunch": runtime_launch.PreparedLaunch,
+        "LaunchPlan": runtime_launch.LaunchPlan, "Loan": allocation.Loan,
+        "Allocation": allocation.Allocation, "Chain": deviceop._Chain,
+        "Stream": stream.Stream, "PackedLaunch": cuda.PackedLaunch, "Tensor": Tensor,
+        "Partition": Partition, "DeviceOp": deviceop.DeviceOp,
+        "epoch": allocation._EPOCH, "ledger_acquire": ledger.acquire,
+        "ledger_release": ledger.release, "current": stream._CURRENT,
+        "drive": deviceop._DRIVE, "thread": cuda._THREAD,
+        "holders": runtime_launch._HOLDERS, "holder": runtime_launch._holder,
+        "take_loans": runtime_launch._take_loans, "release_all": allocation.release_all,
+        "fail": cuda._fail, "next_stream": stream.next_stream,
+        "driver_calls": cuda._DRIVER_CALLS, "pool_cycles": stream._POOL._cycles,
+        "slow_execute": deviceop.DeviceOp._execute,
+        "slow_perform": launch.LaunchOp._perform,
+        "slow_sync": deviceop.DeviceOp.sync,
+        "slow_then": deviceop._Chain.__dict__["then"],
+        "slow_synchronize": stream.Stream.__dict__["synchronize"],
+    })
+
+
+def compiled_path_built() -> bool:
+    """Whether the extension was built (it needs a C compiler at install time)."""
+    return _hotpath is not None
+
+
+def use_compiled_path(enabled: bool = True) -> bool:
+    """Run the repeated-launch path as C (``enabled``, when built) or as Python; returns
+    whether the C methods are now in use."""
+    enabled = bool(enabled) and _hotpath is not None
+    if enabled and not _state["in_use"]:
+        if _callsite.caller_location is _callsite._python_caller_location:
+            _hotpath.setup_callsite(_callsite._INTERNAL, _callsite._LOCATIONS,
+                                    _callsite._is_internal, _callsite.Location)
+        _setup()
+    for cls, name, python in _PYTHON_METHODS:
+        setattr(cls, name, _hotpath.method(cls, name) if enabled else python)
+    _state["in_use"] = enabled
+    return enabled
+
+
+def compiled_path_in_use() -> bool:
+    """Whether the C methods are installed."""
+    return _state["in_use"]
+
+
+use_compiled_path(os.environ.get("TILESAFE_COMPILED_PATH", "1") != "0")

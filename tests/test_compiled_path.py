@@ -1,0 +1,287 @@
+"""The compiled repeated-launch path (exec/_hotpath.c) against its Python definition, without a
+GPU: tensors in cpu memory are relabelled ``cuda:7`` and the driver's launch and stream wait
+are stand-ins that record what they receive, so a launch from a cached plan takes the path it
+takes on a GPU. Every scenario runs on both paths and must observe the same driver calls,
+loans, errors and source lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe import _callsite
+from tilesafe.errors import BorrowError, DeviceOpError
+from tilesafe.exec import hotpath
+from tilesafe.exec import stream as streams
+from tilesafe.runtime import cuda
+from tilesafe.runtime.device import Device
+
+from conftest import marker_line
+
+STAND_IN = Device("cuda", 7)
+LENGTH = 64
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+
+
+@ts.kernel
+def add(z: tc.MutTensor[tc.f16, "S"], x: tc.Tensor[tc.f16, (-1,)], y: tc.Tensor[tc.f16, (-1,)]):
+    z.store(tc.load_tile_like(x, z) + tc.load_tile_like(y, z))
+
+
+class StandInDriver:
+    """Records the driver calls of the launch path; ``fail_launch`` / ``fail_wait`` make the
+    next call return a CUresult error."""
+
+    def __init__(self):
+        self.launches: list[tuple] = []
+        self.waits: list[int] = []
+        self.fail_launch = self.fail_wait = 0
+
+    def launch(self, function, gx, gy, gz, stream, address, programmatic):
+        self.launches.append((function, (gx, gy, gz), stream, address, programmatic))
+        err, self.fail_launch = self.fail_launch, 0
+        return err
+
+    def synchronize(self, stream):
+        self.waits.append(stream)
+        err, self.fail_wait = self.fail_wait, 0
+        return err
+
+
+def _packed(grid) -> cuda.PackedLaunch:
+    """A packed launch with made-up driver handles (no module is loaded)."""
+    packed = cuda.PackedLaunch.__new__(cuda.PackedLaunch)
+    packed.function, packed.grid, packed.index = 0xF00, tuple(grid), STAND_IN.index
+    packed.values, packed.pointers, packed.address, packed.programmatic = [], None, 0xA77, True
+    return packed
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    """The stand-in driver, a filled stream pool for the stand-in device (streams with made-up
+    handles) and its context marked current on this thread."""
+    stand_in = StandInDriver()
+    calls = vars(cuda._DRIVER_CALLS)
+    monkeypatch.setitem(calls, "launch", stand_in.launch)
+    monkeypatch.setitem(calls, "synchronize", stand_in.synchronize)
+    monkeypatch.setattr(cuda._THREAD, "index", STAND_IN.index, raising=False)
+    pool = [ts.Stream(STAND_IN) for _ in range(streams.POOL_SIZE)]
+    for i, s in enumerate(pool):
+        s._native, s._native_address = object(), 0x5000 + i
+    streams._POOL._streams[STAND_IN] = list(pool)
+    streams._POOL._cycles[STAND_IN] = iter(pool * 1000)
+    stand_in.pool = pool
+    yield stand_in
+    streams._POOL._streams.pop(STAND_IN)
+    streams._POOL._cycles.pop(STAND_IN)
+
+
+@pytest.fixture
+def python_steps(monkeypatch):
+    """Counts of the Python launch steps that ran (``launch``: a launch op built and
+    validated; ``_run_prepared``: a launch run), to tell which path served."""
+    counts = {"launch": 0, "_run_prepared": 0}
+    for name in counts:
+        method = getattr(add, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            counts[_name] += 1
+            return _method(*args, **kwargs)
+        monkeypatch.setattr(add, name, counted, raising=False)
+    return counts
+
+
+def _on_stand_in(array):
+    t = ts.tensor(array, device="cpu").sync()
+    t._alloc.device = STAND_IN
+    return t
+
+
+def _arguments(kernel=add):
+    """Relabelled tensors and a first (Python, validating) launch whose plan is then given a
+    packed launch, as a first GPU launch leaves it: the next launches hit the plan."""
+    z = _on_stand_in(np.zeros(LENGTH, np.float16)).partition(LENGTH)
+    x = _on_stand_in(np.ones(LENGTH, np.float16))
+    y = _on_stand_in(np.ones(LENGTH, np.float16))
+    first = kernel(z, x, y)
+    first._early.plan.backend["packed"] = _packed(first._early.grid)
+    return first, x, y
+
+
+def test_repeated_launches_make_one_driver_call_each_and_end_their_loans_at_the_sync(
+        launch_path, driver, python_steps):
+    z, x, y = _arguments()[0].sync()
+    python_steps.update(launch=0, _run_prepared=0)
+    assert len(driver.launches) == 1 and x._alloc.loans == []
+    before = add.launch_count
+    for i in range(5):
+        op = add(z, x, y)
+        assert len(driver.launches) == 1 + i  # lazy: nothing runs before the drive
+        assert {loan.mutable for loan in x._alloc.loans} == {False}
+        z, x, y = op.sync()
+        assert x._alloc.loans == [] and y._alloc.loans == []
+    assert add.launch_count - before == 5
+    assert len(driver.launches) == 6 and len(driver.waits) == 6
+    handles = {s._native_address for s in driver.pool}
+    for function, grid, stream, address, programmatic in driver.launches:
+        assert (function, grid, address, programmatic) == (0xF00, (1, 1, 1), 0xA77, True)
+        assert stream in handles
+    assert [w for w in driver.waits] == [launch[2] for launch in driver.launches]
+    python_runs = {"compiled": 0, "python": 5}[launch_path]  # the compiled path ran in C throughout
+    assert python_steps == {"launch": python_runs, "_run_prepared": python_runs}
+
+
+def test_a_chain_enqueues_every_launch_on_one_stream_and_waits_once(
+        launch_path, driver, python_steps):
+    z, x, y = _arguments()[0].sync()
+    driver.launches.clear(), driver.waits.clear()
+    python_steps.update(launch=0, _run_prepared=0)
+    op = add(z, x, y)
+    for _ in range(9):
+        op = op.then(lambda args: add(*args))
+    assert driver.launches == []
+    z, x, y = op.sync()
+    assert len(driver.launches) == 10 and len({launch[2] for launch in driver.launches}) == 1
+    assert driver.waits == [driver.launches[0][2]]
+    assert x._alloc.loans == [] and y._alloc.loans == []
+    python_runs = {"compiled": 0, "python": 10}[launch_path]
+    assert python_steps == {"launch": python_runs, "_run_prepared": python_runs}
+
+
+def test_loans_of_enqueued_work_last_until_its_stream_is_synchronized(launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    stream = driver.pool[0]
+    op = add(z, x, y)
+    z2, x2, y2 = op._execute(stream)  # enqueued (as inside a pipeline), not yet waited for
+    assert len(driver.launches) == 2 and x._alloc.loans
+    with pytest.raises(BorrowError, match="shared borrowed by the pending launch"):
+        ts.borrow_mut(x).partition(LENGTH)
+    with pytest.raises(BorrowError, match="mutably borrowed by the pending launch"):
+        add(z, x, y)
+    stream.synchronize()
+    assert x._alloc.loans == []
+    ts.borrow_mut(x).partition(LENGTH)  # writable again
+    add(z2, x2, y2).sync()
+
+
+def test_a_dropped_undriven_launch_gives_its_loans_back(launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    op = add(z, x, y)
+    assert x._alloc.loans
+    del op
+    assert x._alloc.loans == [] and driver.launches == [driver.launches[0]]
+    z, x, y = add(z, x, y).sync()  # the partition was never consumed
+    assert len(driver.launches) == 2
+
+
+def test_driving_a_launch_twice_is_refused_at_the_second_drive(launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    op = add(z, x, y)
+    op.sync()  # <- first drive
+    first, second = marker_line(__file__, "first drive"), marker_line(__file__, "second drive")
+    with pytest.raises(DeviceOpError, match=rf"test_compiled_path.py:{second}: .* already "
+                       rf"driven at \S*test_compiled_path.py:{first}; an op runs once"):
+        op.sync()  # <- second drive
+    assert len(driver.launches) == 2
+
+
+def test_a_failed_launch_reports_the_line_that_drove_it_and_ends_its_loans(launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    op = add(z, x, y)
+    driver.fail_launch = CUDA_ERROR_ILLEGAL_ADDRESS
+    line = marker_line(__file__, "failing drive")
+    with pytest.raises(cuda.CudaError, match=rf"test_compiled_path.py:{line}: cuLaunchKernelEx"):
+        op.sync()  # <- failing drive
+    assert x._alloc.loans == [] and y._alloc.loans == []
+
+
+def test_a_failed_stream_wait_keeps_the_loans_of_the_work_it_did_not_see_complete(
+        launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    stream = driver.pool[1]
+    add(z, x, y)._execute(stream)
+    driver.fail_wait = CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(cuda.CudaError, match="cuStreamSynchronize failed"):
+        stream.synchronize()
+    assert x._alloc.loans and stream._pending
+    stream.synchronize()
+    assert x._alloc.loans == [] and stream._pending == []
+
+
+def test_a_launch_created_on_the_wrong_thread_context_makes_it_current(
+        launch_path, driver, monkeypatch):
+    z, x, y = _arguments()[0].sync()
+    made_current = []
+    monkeypatch.setattr(cuda, "make_current", lambda index: made_current.append(index)
+                        or setattr(cuda._THREAD, "index", index))
+    cuda._THREAD.index = None
+    add(z, x, y).sync()
+    assert made_current == [STAND_IN.index] and len(driver.launches) == 2
+
+
+def test_borrow_conflicts_on_a_cached_plan_are_reported_at_the_launch_line(launch_path, driver):
+    z, x, y = _arguments()[0].sync()
+    writer = add(ts.borrow_mut(x).partition(LENGTH), y, y)  # x lent exclusively, pending
+    line = marker_line(__file__, "conflicting launch")
+    with pytest.raises(BorrowError, match=rf"test_compiled_path.py:{line}: .*mutably borrowed"):
+        add(z, x, y)  # <- conflicting launch
+    del writer
+    add(z, x, y).sync()  # the dropped writer gave x back
+
+
+def test_the_compiled_and_python_callsite_walks_agree():
+    if not hotpath.compiled_path_built():
+        pytest.skip("the compiled launch path was not built")
+    from tilesafe.exec import _hotpath
+    here = [_callsite._python_caller_location(), _hotpath.caller_location()]  # <- both here
+    line = marker_line(__file__, "both here")
+    assert [(w.file, w.line) for w in here] == [(__file__, line)] * 2
+
+    def nested():  # frames inside the package are skipped; this test file is not inside
+        return _hotpath.caller_location(), _callsite._python_caller_location()
+    compiled, python = nested()
+    assert (compiled.file, compiled.line) == (python.file, python.line)
+
+
+def test_switching_paths_changes_the_installed_methods():
+    if not hotpath.compiled_path_built():
+        assert hotpath.use_compiled_path(True) is False
+        return
+    before = hotpath.compiled_path_in_use()
+    try:
+        assert hotpath.use_compiled_path(False) is False
+        assert type(vars(ts.Kernel)["__call__"]).__name__ == "function"
+        assert hotpath.use_compiled_path(True) is True
+        assert type(vars(ts.Kernel)["__call__"]).__name__ == "method_descriptor"
+    finally:
+        hotpath.use_compiled_path(before)
+
+
+def test_the_environment_switch_keeps_the_python_path_from_import():
+    code = textwrap.dedent("""
+        import tilesafe
+        from tilesafe import _callsite
+        from tilesafe.exec import hotpath
+        print(hotpath.compiled_path_in_use(),
+              _callsite.caller_location is _callsite._python_caller_location)
+    """)
+    env = dict(os.environ, TILESAFE_COMPILED_PATH="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
+def test_the_compiled_path_is_built_wherever_a_c_compiler_is():
+    from test_native_launcher import _can_build_extensions
+    if not _can_build_extensions():
+        pytest.skip("no C compiler or Python headers: those methods run as Python")
+    assert hotpath.compiled_path_built(), (
+        "a C compiler is present but tilesafe.exec._hotpath was not built: reinstall with "
+        "pip install -e . and read the build output")
