@@ -3,6 +3,7 @@
 #   gpu    the GPU test suite (tests/gpu)
 #   suite  the whole CPU suite's kernels on cuda:0
 #   modes  the launch-mode sweep (benchmarks/execution_modes.py)
+#   modes_python  the same sweep with TILESAFE_COMPILED_PATH=0 (launch path in Python)
 #   quick  the benchmark suite on a few sizes      full  the whole benchmark suite
 # Everything lands in $OUT/results.tar.gz (the device tool returns at most 8 files) plus the
 # console. Usage, from the repository root with .gpu/ and .whl/ carried:
@@ -16,22 +17,18 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site:$PWD"
 fi
 export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
-# The compiled launcher (git ignores the built module): build it here from the current source
-# unless a carried build is newer than the source; without it launches use cuda.bindings.
-if ! find src/tilesafe/runtime -name '_launcher*.so' -newer src/tilesafe/runtime/_launcher.c \
-     | grep -q .; then
-  cc -shared -fPIC -O2 -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-     src/tilesafe/runtime/_launcher.c -o src/tilesafe/runtime/_launcher.abi3.so \
-     > "$WORK/launcher_build.log" 2>&1 \
-    || echo "compiled launcher not built (see launcher_build.log): launches use cuda.bindings"
-fi
-# The compiled repeated-launch path is built for this interpreter (not the stable ABI).
-HOTPATH="src/tilesafe/exec/_hotpath$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
-if ! find src/tilesafe/exec -wholename "$HOTPATH" -newer src/tilesafe/exec/_hotpath.c | grep -q .; then
-  cc -shared -fPIC -O2 -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-     src/tilesafe/exec/_hotpath.c -o "$HOTPATH" > "$WORK/hotpath_build.log" 2>&1 \
-    || echo "compiled launch path not built (see hotpath_build.log): those methods run as Python"
-fi
+# The compiled modules (git ignores built ones): build each here from the current source unless
+# a carried build is newer than its source; without them their Python equivalents run.
+INCLUDE="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+SUFFIX="$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+for module in runtime/_launcher:.abi3.so runtime/_ledger:.abi3.so exec/_hotpath:"$SUFFIX"; do
+  source_file="src/tilesafe/${module%%:*}.c" built="src/tilesafe/${module%%:*}${module#*:}"
+  if ! [ "$built" -nt "$source_file" ]; then
+    cc -shared -fPIC -O2 -I"$INCLUDE" "$source_file" -o "$built" \
+      > "$WORK/build_$(basename "${module%%:*}").log" 2>&1 \
+      || echo "$built not built (see build_$(basename "${module%%:*}").log): Python runs instead"
+  fi
+done
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; \
   python3 -m tilesafe info; } 2>&1 | tee "$WORK/env.txt"
 for stage in "${@:-gpu modes}"; do
@@ -42,6 +39,9 @@ for stage in "${@:-gpu modes}"; do
              -rf -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$WORK/suite_on_cuda.log" 2>&1
            grep -E "^FAILED|^ERROR| passed| failed" "$WORK/suite_on_cuda.log" | cut -c1-160 | tail -30 ;;
     modes) timeout 150 python3 -m benchmarks modes --out "$WORK" 2>&1 | tee "$WORK/modes.txt" ;;
+    modes_python) mkdir -p "$WORK/python_path"  # the same sweep with the launch path in Python
+           TILESAFE_COMPILED_PATH=0 timeout 150 python3 -m benchmarks modes \
+             --out "$WORK/python_path" 2>&1 | tee "$WORK/python_path/modes.txt" ;;
     quick) timeout 250 python3 -m benchmarks elementwise gemm --quick --out "$WORK" 2>&1 \
              | tee "$WORK/bench_quick.txt" ;;
     full) timeout 575 python3 -m benchmarks all --out "$WORK" 2>&1 | tee "$WORK/bench.txt" ;;

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -72,7 +73,8 @@ def driver(monkeypatch):
     monkeypatch.setitem(calls, "launch", stand_in.launch)
     monkeypatch.setitem(calls, "synchronize", stand_in.synchronize)
     monkeypatch.setattr(cuda._THREAD, "index", STAND_IN.index, raising=False)
-    pool = [ts.Stream(STAND_IN) for _ in range(streams.POOL_SIZE)]
+    equal_device = Device("cuda", STAND_IN.index)  # equal to the tensors' device, not it
+    pool = [ts.Stream(equal_device) for _ in range(streams.POOL_SIZE)]
     for i, s in enumerate(pool):
         s._native, s._native_address = object(), 0x5000 + i
     streams._POOL._streams[STAND_IN] = list(pool)
@@ -269,13 +271,71 @@ def test_the_environment_switch_keeps_the_python_path_from_import():
         import tilesafe
         from tilesafe import _callsite
         from tilesafe.exec import hotpath
+        from tilesafe.runtime import allocation
         print(hotpath.compiled_path_in_use(),
-              _callsite.caller_location is _callsite._python_caller_location)
+              _callsite.caller_location is _callsite._python_caller_location,
+              type(allocation.LEDGER).__module__)
     """)
     env = dict(os.environ, TILESAFE_COMPILED_PATH="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["False", "True"]
+    assert out == ["False", "True", "_thread"]
+
+
+def _ledger_type():
+    try:
+        from tilesafe.runtime import _ledger
+    except ImportError:
+        pytest.skip("the ledger's C lock was not built (no C compiler at install)")
+    return _ledger.Ledger
+
+
+def test_the_ledger_lock_is_reentrant_and_only_its_owner_releases_it():
+    ledger = _ledger_type()()
+    assert ledger.acquire() is True and ledger.acquire() is True
+    with ledger:
+        assert ledger._is_owned()
+    failures = []
+
+    def other_thread():
+        try:
+            ledger.release()
+        except RuntimeError as err:
+            failures.append(str(err))
+    thread = threading.Thread(target=other_thread)
+    thread.start(), thread.join()
+    assert failures == ["cannot release the ledger: this thread does not hold it"]
+    ledger.release(), ledger.release()
+    assert not ledger._is_owned()
+    with pytest.raises(RuntimeError, match="does not hold it"):
+        ledger.release()
+    with pytest.raises(TypeError, match="takes no arguments"):
+        _ledger_type()(1)
+
+
+def test_the_ledger_lock_makes_other_threads_wait_without_holding_the_gil():
+    ledger = _ledger_type()()
+    order = []
+    ledger.acquire()
+
+    def waiter():
+        with ledger:
+            order.append("waiter")
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    thread.join(0.2)  # the waiter blocks in acquire with the GIL released: this thread runs
+    order.append("holder")
+    assert thread.is_alive()
+    ledger.release()
+    thread.join(5)
+    assert order == ["holder", "waiter"] and not thread.is_alive()
+
+
+def test_the_ledger_is_the_c_lock_wherever_it_was_built():
+    if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
+        pytest.skip("TILESAFE_COMPILED_PATH=0 keeps threading.RLock")
+    from tilesafe.runtime import allocation
+    assert type(allocation.LEDGER) is _ledger_type()
 
 
 def test_the_compiled_path_is_built_wherever_a_c_compiler_is():

@@ -9,6 +9,7 @@
  *   LaunchOp.sync          enqueue it on the next pool stream and wait
  *   LaunchOp.__del__       give the loans back if the op was never driven
  *   _Chain.then            extend a chain
+ *   _Chain._perform        run a chain: its first op, then each step and the op it returns
  *   Stream.synchronize     wait for a stream and end the loans of the work it ran
  *   caller_location        the user's file:line (the first frame outside the package)
  *
@@ -38,11 +39,12 @@ static PyObject *Holders;            /* runtime.launch._HOLDERS */
 static PyObject *HolderFn, *TakeLoansFn, *ReleaseAllFn, *FailFn, *NextStreamFn;
 static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
-static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize;
+static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
+    *SlowChainPerform;
 static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
 
 /* interned names and constants */
-static PyObject *s_stream, *s_where, *s_index, *s_unsafe, *s_plans, *s_name, *s_launch,
+static PyObject *s_stream, *s_where, *s_index, *s_execute, *s_unsafe, *s_plans, *s_name, *s_launch,
     *s_launch_count, *s_run_prepared, *s_synchronize, *s_native_address, *s_kind,
     *s_packed, *s_driven, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
     *s_fn_launch, *s_fn_launch_ex, *s_fn_sync;
@@ -114,10 +116,16 @@ local_get(PyObject *local, PyObject *name)
     return value;
 }
 
+/* When the ledger is runtime._ledger.Ledger: its C acquire and release, called directly. */
+typedef PyObject *(*LedgerFunction)(PyObject *, PyObject *);
+static LedgerFunction LedgerAcquireC, LedgerReleaseC;
+static PyObject *Ledger;
+
 static int
 ledger_acquire(void)
 {
-    PyObject *r = PyObject_CallNoArgs(LedgerAcquire);
+    PyObject *r = LedgerAcquireC ? LedgerAcquireC(Ledger, NULL)
+                                 : PyObject_CallNoArgs(LedgerAcquire);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -129,7 +137,8 @@ ledger_release(void)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);  /* releasing must not lose a pending error */
-    PyObject *r = PyObject_CallNoArgs(LedgerRelease);
+    PyObject *r = LedgerReleaseC ? LedgerReleaseC(Ledger, NULL)
+                                 : PyObject_CallNoArgs(LedgerRelease);
     if (r == NULL)
         PyErr_WriteUnraisable(LedgerRelease);
     Py_XDECREF(r);
@@ -698,9 +707,17 @@ ready_packed(PyObject *prepared, PyObject *stream, int *failed)
     *failed = 0;
     PyObject *device = get(prepared, pl_device);
     PyObject *plan = get(prepared, pl_plan);
-    if (Py_TYPE(stream) != StreamType || get(stream, st_device) != device ||
-        Py_TYPE(plan) != PlanType || !PyLong_Check(get(stream, st_native_address)))
+    if (Py_TYPE(stream) != StreamType || Py_TYPE(plan) != PlanType ||
+        !PyLong_Check(get(stream, st_native_address)))
         return NULL;
+    PyObject *stream_device = get(stream, st_device);
+    if (stream_device != device) {  /* equal devices need not be one object */
+        int same = PyObject_RichCompareBool(stream_device, device, Py_EQ);
+        if (same <= 0) {
+            *failed = same < 0;
+            return NULL;
+        }
+    }
     int cuda = is_cuda(device);
     if (cuda <= 0) {
         *failed = cuda < 0;
@@ -817,21 +834,21 @@ mark_driven(PyObject *op, PyObject *how, PyObject *where)
     return 0;
 }
 
+/* LaunchOp._execute with the drive's location already looked up (``drive_where``, borrowed:
+ * _DRIVE.where, or None outside a drive) */
 static PyObject *
-launch_execute(PyObject *op, PyObject *stream)
+execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where)
 {
     if (Py_TYPE(op) != LaunchOpType || get(op, op_driven_at) != Py_None)
         return PyObject_CallFunctionObjArgs(SlowExecute, op, stream, NULL);
-    PyObject *where = local_get(DriveLocal, s_where);
-    if (where == NULL)
-        return NULL;
+    PyObject *where = drive_where;
     int given = PyObject_IsTrue(where);
-    if (given <= 0) {
-        Py_DECREF(where);
-        where = given < 0 ? NULL : caller_location();
-        if (where == NULL)
-            return NULL;
-    }
+    if (given < 0)
+        return NULL;
+    if (given)
+        Py_INCREF(where);
+    else if ((where = caller_location()) == NULL)
+        return NULL;
     int marked = mark_driven(op, s_driven, where);
     Py_DECREF(where);
     if (marked < 0)
@@ -840,6 +857,57 @@ launch_execute(PyObject *op, PyObject *stream)
     if (Py_TYPE(prepared) != PreparedType || (early_stream != Py_None && early_stream != stream))
         return PyObject_CallFunctionObjArgs(SlowPerform, op, stream, NULL);
     return run_prepared(get(op, op_kernel), prepared, stream);
+}
+
+static PyObject *
+launch_execute(PyObject *op, PyObject *stream)
+{
+    PyObject *where = local_get(DriveLocal, s_where);
+    if (where == NULL)
+        return NULL;
+    PyObject *result = execute_launch(op, stream, where);
+    Py_DECREF(where);
+    return result;
+}
+
+/* _Chain._perform: the first op, then each step's function and the op it returns, all on
+ * ``stream`` (the drive's location is looked up once: a step that drives ops of its own puts
+ * it back before it returns) */
+static PyObject *
+chain_perform(PyObject *chain, PyObject *stream)
+{
+    if (Py_TYPE(chain) != ChainType || !PyList_Check(get(chain, chain_steps)))
+        return PyObject_CallFunctionObjArgs(SlowChainPerform, chain, stream, NULL);
+    PyObject *where = local_get(DriveLocal, s_where);
+    if (where == NULL)
+        return NULL;
+    PyObject *first = get(chain, chain_first);
+    PyObject *result = Py_TYPE(first) == LaunchOpType
+        ? execute_launch(first, stream, where)
+        : PyObject_CallMethodOneArg(first, s_execute, stream);
+    PyObject *steps = get(chain, chain_steps);
+    Py_INCREF(steps);
+    for (Py_ssize_t i = 0; result != NULL && i < PyList_GET_SIZE(steps); i++) {
+        PyObject *fn = PyList_GET_ITEM(steps, i);
+        Py_INCREF(fn);
+        PyObject *next = PyObject_CallOneArg(fn, result);
+        Py_DECREF(fn);
+        Py_SETREF(result, next);
+        if (result == NULL)
+            break;
+        if (Py_TYPE(result) == LaunchOpType) {
+            Py_SETREF(result, execute_launch(result, stream, where));
+        } else {
+            int pending = PyObject_IsInstance(result, DeviceOpType);
+            if (pending < 0)
+                Py_CLEAR(result);
+            else if (pending)
+                Py_SETREF(result, PyObject_CallMethodOneArg(result, s_execute, stream));
+        }
+    }
+    Py_DECREF(steps);
+    Py_DECREF(where);
+    return result;
 }
 
 static PyObject *
@@ -1111,6 +1179,7 @@ setup(PyObject *module, PyObject *config)
     if (One == NULL && (One = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (intern(&s_stream, "stream") || intern(&s_where, "where") || intern(&s_index, "index") ||
+        intern(&s_execute, "_execute") ||
         intern(&s_unsafe, "_unsafe") || intern(&s_plans, "_plans") || intern(&s_name, "name") ||
         intern(&s_launch, "launch") || intern(&s_launch_count, "launch_count") ||
         intern(&s_run_prepared, "_run_prepared") || intern(&s_synchronize, "synchronize") ||
@@ -1143,8 +1212,22 @@ setup(PyObject *module, PyObject *config)
         take(config, "slow_execute", &SlowExecute) ||
         take(config, "slow_perform", &SlowPerform) || take(config, "slow_sync", &SlowSync) ||
         take(config, "slow_then", &SlowThen) ||
-        take(config, "slow_synchronize", &SlowSynchronize))
+        take(config, "slow_synchronize", &SlowSynchronize) ||
+        take(config, "ledger", &Ledger) ||
+        take(config, "slow_chain_perform", &SlowChainPerform))
         return NULL;
+    PyObject *functions = PyDict_GetItemString(config, "ledger_functions");
+    LedgerAcquireC = LedgerReleaseC = NULL;
+    if (functions != NULL && functions != Py_None) {
+        if (!PyTuple_Check(functions) || PyTuple_GET_SIZE(functions) != 2) {
+            PyErr_SetString(PyExc_TypeError, "setup: ledger_functions is (acquire, release)");
+            return NULL;
+        }
+        LedgerAcquireC = (LedgerFunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(functions, 0));
+        LedgerReleaseC = (LedgerFunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(functions, 1));
+        if (PyErr_Occurred())
+            return NULL;
+    }
     if (LocationType == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "setup: setup_callsite() first");
         return NULL;
@@ -1184,7 +1267,8 @@ setup(PyObject *module, PyObject *config)
     if (offsets((PyObject *)LaunchOpType, op) || offsets((PyObject *)PreparedType, prepared) ||
         offsets((PyObject *)PlanType, plan) || offsets((PyObject *)LoanType, loan) ||
         offsets((PyObject *)ChainType, chain) || offsets((PyObject *)StreamType, stream) ||
-        offsets((PyObject *)PackedType, packed) || offsets((PyObject *)AllocationType, allocation) ||
+        offsets((PyObject *)PackedType, packed) ||
+        offsets((PyObject *)AllocationType, allocation) ||
         offsets((PyObject *)ChainType, chain_base))
         return NULL;
     /* both op classes share DeviceOp's slots (written through the LaunchOp offsets) */
@@ -1210,17 +1294,20 @@ static PyMethodDef launch_del_def = {
     "An op dropped without being driven (or recorded) gives its loans back."};
 static PyMethodDef chain_then_def = {
     "then", chain_then, METH_O, "Extend the chain with another step (see DeviceOp.then)."};
+static PyMethodDef chain_perform_def = {
+    "_perform", chain_perform, METH_O, "Run the first op and every step on the stream."};
 static PyMethodDef stream_synchronize_def = {
     "synchronize", stream_synchronize, METH_NOARGS,
     "Wait for the stream's work, then end the loans registered before the wait."};
 
 static PyMethodDef *const installable[] = {&kernel_call_def, &launch_execute_def,
-    &launch_sync_def, &launch_del_def, &chain_then_def, &stream_synchronize_def, NULL};
+    &launch_sync_def, &launch_del_def, &chain_then_def, &chain_perform_def,
+    &stream_synchronize_def, NULL};
 
 PyDoc_STRVAR(method_doc,
 "method(cls, name) -> descriptor\n\n"
 "The compiled version of the method `name` of `cls`, as a method descriptor to set on the\n"
-"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then and\n"
+"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then/_perform and\n"
 "Stream.synchronize (setup() first).");
 
 static PyObject *

@@ -7,7 +7,7 @@ the Python method they replace, before doing anything:
 
 * ``Kernel.__call__`` (a launch op from a cached plan);
 * ``LaunchOp._execute``, ``LaunchOp.sync`` and ``LaunchOp.__del__``;
-* ``_Chain.then`` (extending a chain);
+* ``_Chain.then`` and ``_Chain._perform`` (extending a chain, running it);
 * ``Stream.synchronize`` (waiting for a stream and ending the loans of its work).
 
 (``tilesafe._callsite.caller_location`` is the C version of its frame walk from import on.)
@@ -41,6 +41,7 @@ _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (launch.LaunchOp, "sync", launch.LaunchOp.__dict__["sync"]),
     (launch.LaunchOp, "__del__", launch.LaunchOp.__dict__["__del__"]),
     (deviceop._Chain, "then", deviceop._Chain.__dict__["then"]),
+    (deviceop._Chain, "_perform", deviceop._Chain.__dict__["_perform"]),
     (stream.Stream, "synchronize", stream.Stream.__dict__["synchronize"]),
 ]
 _state = {"in_use": False}
@@ -65,8 +66,20 @@ def _setup() -> None:
         "slow_perform": launch.LaunchOp._perform,
         "slow_sync": deviceop.DeviceOp.sync,
         "slow_then": deviceop._Chain.__dict__["then"],
+        "slow_chain_perform": deviceop._Chain.__dict__["_perform"],
         "slow_synchronize": stream.Stream.__dict__["synchronize"],
+        "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
     })
+
+
+def _ledger_functions(ledger: Any) -> Any:
+    """The C acquire and release of a ``runtime._ledger.Ledger`` ledger (else None: the
+    compiled path calls the lock's Python methods)."""
+    try:
+        from ..runtime import _ledger  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _ledger.functions() if type(ledger) is _ledger.Ledger else None
 
 
 def compiled_path_built() -> bool:

@@ -21,6 +21,7 @@ loans, a move, a spend, and a host access until its data has moved.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Optional
 
@@ -110,7 +111,20 @@ class Allocation:
             pass  # already released
 
 
-LEDGER = threading.RLock()
+def _ledger_lock() -> Any:
+    """The C re-entrant lock of ``runtime/_ledger.c`` when it was built (the compiled launch
+    path takes it without a Python call), else ``threading.RLock``;
+    ``TILESAFE_COMPILED_PATH=0`` keeps the latter."""
+    if os.environ.get("TILESAFE_COMPILED_PATH", "1") != "0":
+        try:
+            from ._ledger import Ledger  # type: ignore[import-not-found]
+            return Ledger()
+        except ImportError:  # built without a C compiler
+            pass
+    return threading.RLock()
+
+
+LEDGER = _ledger_lock()
 """Held by each ownership step, so that no other thread's step lands between its check and its
 effect. Re-entrant: an op collected during a step gives its loans back in the same thread."""
 

@@ -73,6 +73,18 @@ def probe_gpu() -> GpuProbe:
                     f"{tool.version} ({tool.path})", compiles=True)
 
 
+_CUDA_DEVICES: dict[int, Device] = {}
+
+
+def _cuda_device(index: int) -> Device:
+    """One Device object per GPU index for names resolved here, so the launch path's checks
+    mostly find the very same object (equal devices still compare equal)."""
+    device = _CUDA_DEVICES.get(index)
+    if device is None:
+        device = _CUDA_DEVICES.setdefault(index, Device("cuda", index))
+    return device
+
+
 def as_device(device: "Device | str | None") -> Device:
     """Normalize a device spec (None means the default device)."""
     if device is None:
@@ -86,7 +98,7 @@ def as_device(device: "Device | str | None") -> Device:
         probe = probe_gpu()
         if name not in probe.devices:
             raise ValueError(f"device {name!r} is not available: {probe.reason}")
-        return Device("cuda", int(name.partition(":")[2]))
+        return _cuda_device(int(name.partition(":")[2]))
     raise ValueError(f"unknown device {device!r}; use 'cpu' or 'cuda:N'")
 
 
@@ -98,7 +110,7 @@ def default_device() -> Device:
         return as_device(chosen)
     probe = probe_gpu()
     if probe.available and probe.compiles:
-        return Device("cuda", 0)
+        return _cuda_device(0)
     return CPU
 
 

@@ -1,0 +1,163 @@
+/* tilesafe.runtime._ledger: the ownership ledger's lock (runtime.allocation.LEDGER) in C.
+ *
+ * A re-entrant lock with the interface of threading.RLock that tilesafe uses (acquire(),
+ * release(), the context manager protocol), whose acquire and release take no arguments to
+ * parse, and whose state the compiled launch path (exec/_hotpath.c) takes without a Python
+ * call: every launch takes it once. Python's stable ABI; without a C compiler allocation.py
+ * uses threading.RLock.
+ *
+ * Under the GIL: the owner and count are only read and written by threads holding the GIL,
+ * and a thread that must wait for another owner waits with the GIL released.
+ */
+#define PY_SSIZE_T_CLEAN
+#define Py_LIMITED_API 0x030A0000
+#include <Python.h>
+#include <pythread.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner;  /* the owning thread's ident while count > 0 */
+    unsigned long count;
+} Ledger;
+
+static int
+ledger_init(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    Ledger *ledger = (Ledger *)self;
+    if (PyTuple_Size(args) != 0 || (kwargs != NULL && PyDict_Size(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Ledger() takes no arguments");
+        return -1;
+    }
+    if (ledger->lock == NULL) {
+        ledger->lock = PyThread_allocate_lock();
+        if (ledger->lock == NULL) {
+            PyErr_SetString(PyExc_MemoryError, "cannot allocate the ledger's lock");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+ledger_dealloc(PyObject *self)
+{
+    Ledger *ledger = (Ledger *)self;
+    PyTypeObject *type = Py_TYPE(self);
+    if (ledger->lock != NULL) {
+        if (ledger->count > 0)
+            PyThread_release_lock(ledger->lock);
+        PyThread_free_lock(ledger->lock);
+    }
+    freefunc free_object = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_object(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+ledger_acquire(PyObject *self, PyObject *unused)
+{
+    Ledger *ledger = (Ledger *)self;
+    unsigned long me = PyThread_get_thread_ident();
+    if (ledger->lock == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the ledger was not initialized");
+        return NULL;
+    }
+    if (ledger->count > 0 && ledger->owner == me) {
+        ledger->count++;
+        Py_RETURN_TRUE;
+    }
+    if (!PyThread_acquire_lock(ledger->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(ledger->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    ledger->owner = me;
+    ledger->count = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+ledger_release(PyObject *self, PyObject *unused)
+{
+    Ledger *ledger = (Ledger *)self;
+    if (ledger->count == 0 || ledger->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release the ledger: this thread does not "
+                        "hold it");
+        return NULL;
+    }
+    if (--ledger->count == 0) {
+        ledger->owner = 0;
+        PyThread_release_lock(ledger->lock);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ledger_exit(PyObject *self, PyObject *args)
+{
+    return ledger_release(self, NULL);
+}
+
+static PyObject *
+ledger_is_owned(PyObject *self, PyObject *unused)
+{
+    Ledger *ledger = (Ledger *)self;
+    return PyBool_FromLong(ledger->count > 0 && ledger->owner == PyThread_get_thread_ident());
+}
+
+static PyMethodDef ledger_methods[] = {
+    {"acquire", ledger_acquire, METH_NOARGS,
+     "Take the ledger (waiting, with the GIL released, while another thread holds it)."},
+    {"release", ledger_release, METH_NOARGS, "Give one level of the ledger back."},
+    {"__enter__", ledger_acquire, METH_NOARGS, NULL},
+    {"__exit__", ledger_exit, METH_VARARGS, NULL},
+    {"_is_owned", ledger_is_owned, METH_NOARGS, "Whether this thread holds the ledger."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot ledger_slots[] = {
+    {Py_tp_doc, "The ownership ledger's re-entrant lock (see runtime.allocation.LEDGER)."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, ledger_init},
+    {Py_tp_dealloc, ledger_dealloc},
+    {Py_tp_methods, ledger_methods},
+    {0, NULL},
+};
+
+static PyType_Spec ledger_spec = {
+    "tilesafe.runtime._ledger.Ledger", sizeof(Ledger), 0, Py_TPFLAGS_DEFAULT, ledger_slots,
+};
+
+/* For exec/_hotpath.c: the C functions behind acquire and release. */
+static PyObject *
+ledger_functions(PyObject *module, PyObject *unused)
+{
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)ledger_acquire),
+                         PyLong_FromVoidPtr((void *)ledger_release));
+}
+
+static PyMethodDef module_methods[] = {
+    {"functions", ledger_functions, METH_NOARGS,
+     "The addresses of the C acquire and release functions (for the compiled launch path)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_ledger", "The ownership ledger's lock in C.", -1, module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__ledger(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *type = PyType_FromSpec(&ledger_spec);
+    if (type == NULL || PyModule_AddObject(m, "Ledger", type) < 0) {
+        Py_XDECREF(type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
