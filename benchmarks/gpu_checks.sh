@@ -38,10 +38,11 @@ for stage in "${@:-gpu modes}"; do
     suite) TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -p no:cacheprovider \
              -rf -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$WORK/suite_on_cuda.log" 2>&1
            grep -E "^FAILED|^ERROR| passed| failed" "$WORK/suite_on_cuda.log" | cut -c1-160 | tail -30 ;;
-    modes) timeout 150 python3 -m benchmarks modes --out "$WORK" 2>&1 | tee "$WORK/modes.txt" ;;
-    modes_python) mkdir -p "$WORK/python_path"  # the same sweep with the launch path in Python
-           TILESAFE_COMPILED_PATH=0 timeout 150 python3 -m benchmarks modes \
-             --out "$WORK/python_path" 2>&1 | tee "$WORK/python_path/modes.txt" ;;
+    modes|modes_python)  # a repeated stage writes to the next numbered folder
+           runs=$((${runs:-0} + 1)); dir="$WORK/${stage}_$runs"; mkdir -p "$dir"
+           if [ "$stage" = modes_python ]; then export TILESAFE_COMPILED_PATH=0; fi
+           timeout 150 python3 -m benchmarks modes --out "$dir" 2>&1 | tee "$dir/modes.txt"
+           unset TILESAFE_COMPILED_PATH ;;
     quick) timeout 250 python3 -m benchmarks elementwise gemm --quick --out "$WORK" 2>&1 \
              | tee "$WORK/bench_quick.txt" ;;
     full) timeout 575 python3 -m benchmarks all --out "$WORK" 2>&1 | tee "$WORK/bench.txt" ;;
