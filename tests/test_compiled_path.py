@@ -77,12 +77,13 @@ def driver(monkeypatch):
     pool = [ts.Stream(equal_device) for _ in range(streams.POOL_SIZE)]
     for i, s in enumerate(pool):
         s._native, s._native_address = object(), 0x5000 + i
-    streams._POOL._streams[STAND_IN] = list(pool)
-    streams._POOL._cycles[STAND_IN] = iter(pool * 1000)
+    key = (STAND_IN.kind, STAND_IN.index)
+    streams._POOL._streams[key] = list(pool)
+    streams._POOL._cycles[key] = iter(pool * 1000)
     stand_in.pool = pool
     yield stand_in
-    streams._POOL._streams.pop(STAND_IN)
-    streams._POOL._cycles.pop(STAND_IN)
+    streams._POOL._streams.pop(key)
+    streams._POOL._cycles.pop(key)
 
 
 @pytest.fixture
@@ -226,6 +227,28 @@ def test_a_launch_created_on_the_wrong_thread_context_makes_it_current(
     cuda._THREAD.index = None
     add(z, x, y).sync()
     assert made_current == [STAND_IN.index] and len(driver.launches) == 2
+
+
+def test_a_chain_step_that_makes_another_context_current_is_followed_by_a_switch_back(
+        launch_path, driver, monkeypatch):
+    z, x, y = _arguments()[0].sync()
+    made_current = []
+
+    def make_current(index):  # what runtime.cuda.make_current records, without a driver
+        made_current.append(index)
+        cuda._THREAD.index = index
+        cuda._CONTEXT_SWITCHES[0] += 1
+    monkeypatch.setattr(cuda, "make_current", make_current)
+
+    def step(args):
+        if len(driver.launches) == 3:
+            cuda.make_current(3)  # e.g. work on another GPU inside the step
+        return add(*args)
+    op = add(z, x, y)
+    for _ in range(4):
+        op = op.then(step)
+    op.sync()
+    assert made_current == [3, STAND_IN.index] and len(driver.launches) == 6
 
 
 def test_borrow_conflicts_on_a_cached_plan_are_reported_at_the_launch_line(launch_path, driver):

@@ -39,6 +39,7 @@ static PyObject *Holders;            /* runtime.launch._HOLDERS */
 static PyObject *HolderFn, *TakeLoansFn, *ReleaseAllFn, *FailFn, *NextStreamFn;
 static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
+static PyObject *ContextSwitches;    /* runtime.cuda._CONTEXT_SWITCHES, a one-item list */
 static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
     *SlowChainPerform;
 static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
@@ -700,9 +701,10 @@ recover(PyObject *prepared, PyObject *stream)
 }
 
 /* The packed launch of a prepared cuda launch ready to enqueue from here (a borrowed
- * reference), or NULL with no error set when the Python path must run it. */
+ * reference), or NULL with no error set when the Python path must run it. ``thread_index``:
+ * runtime.cuda._THREAD.index when the caller knows it (borrowed), else NULL. */
 static PyObject *
-ready_packed(PyObject *prepared, PyObject *stream, int *failed)
+ready_packed(PyObject *prepared, PyObject *stream, PyObject *thread_index, int *failed)
 {
     *failed = 0;
     PyObject *device = get(prepared, pl_device);
@@ -730,8 +732,10 @@ ready_packed(PyObject *prepared, PyObject *stream, int *failed)
         return NULL;
     }
     /* the device's context must be current on this thread (runtime.cuda.launch_packed) */
-    PyObject *index = local_get(ThreadLocal, s_index);
-    if (index == NULL) {
+    PyObject *index = thread_index;
+    if (index != NULL)
+        Py_INCREF(index);
+    else if ((index = local_get(ThreadLocal, s_index)) == NULL) {
         *failed = 1;
         return NULL;
     }
@@ -757,10 +761,10 @@ fail(PyObject *err, PyObject *what)
 /* Kernel._run_prepared(prepared, stream): the launch itself when it is ready to enqueue,
  * else the Python method. */
 static PyObject *
-run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream)
+run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream, PyObject *thread_index)
 {
     int failed;
-    PyObject *packed = ready_packed(prepared, stream, &failed);
+    PyObject *packed = ready_packed(prepared, stream, thread_index, &failed);
     if (packed == NULL) {
         if (failed)
             return NULL;
@@ -835,9 +839,9 @@ mark_driven(PyObject *op, PyObject *how, PyObject *where)
 }
 
 /* LaunchOp._execute with the drive's location already looked up (``drive_where``, borrowed:
- * _DRIVE.where, or None outside a drive) */
+ * _DRIVE.where, or None outside a drive) and maybe the thread's context (see ready_packed) */
 static PyObject *
-execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where)
+execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where, PyObject *thread_index)
 {
     if (Py_TYPE(op) != LaunchOpType || get(op, op_driven_at) != Py_None)
         return PyObject_CallFunctionObjArgs(SlowExecute, op, stream, NULL);
@@ -856,7 +860,7 @@ execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where)
     PyObject *prepared = get(op, op_early), *early_stream = get(op, op_early_stream);
     if (Py_TYPE(prepared) != PreparedType || (early_stream != Py_None && early_stream != stream))
         return PyObject_CallFunctionObjArgs(SlowPerform, op, stream, NULL);
-    return run_prepared(get(op, op_kernel), prepared, stream);
+    return run_prepared(get(op, op_kernel), prepared, stream, thread_index);
 }
 
 static PyObject *
@@ -865,14 +869,22 @@ launch_execute(PyObject *op, PyObject *stream)
     PyObject *where = local_get(DriveLocal, s_where);
     if (where == NULL)
         return NULL;
-    PyObject *result = execute_launch(op, stream, where);
+    PyObject *result = execute_launch(op, stream, where, NULL);
     Py_DECREF(where);
     return result;
 }
 
+/* runtime.cuda._CONTEXT_SWITCHES[0]: bumped by make_current */
+static long
+context_switches(void)
+{
+    return PyLong_AsLong(PyList_GET_ITEM(ContextSwitches, 0));
+}
+
 /* _Chain._perform: the first op, then each step's function and the op it returns, all on
- * ``stream`` (the drive's location is looked up once: a step that drives ops of its own puts
- * it back before it returns) */
+ * ``stream``. The drive's location is looked up once (a step that drives ops of its own puts
+ * it back before it returns), and so is the thread's current context, again only after a
+ * step or launch made another one current. */
 static PyObject *
 chain_perform(PyObject *chain, PyObject *stream)
 {
@@ -881,9 +893,16 @@ chain_perform(PyObject *chain, PyObject *stream)
     PyObject *where = local_get(DriveLocal, s_where);
     if (where == NULL)
         return NULL;
+    long switches = context_switches();
+    PyObject *index = local_get(ThreadLocal, s_index);
+    if (index == NULL || (switches == -1 && PyErr_Occurred())) {
+        Py_XDECREF(index);
+        Py_DECREF(where);
+        return NULL;
+    }
     PyObject *first = get(chain, chain_first);
     PyObject *result = Py_TYPE(first) == LaunchOpType
-        ? execute_launch(first, stream, where)
+        ? execute_launch(first, stream, where, index)
         : PyObject_CallMethodOneArg(first, s_execute, stream);
     PyObject *steps = get(chain, chain_steps);
     Py_INCREF(steps);
@@ -895,8 +914,17 @@ chain_perform(PyObject *chain, PyObject *stream)
         Py_SETREF(result, next);
         if (result == NULL)
             break;
+        long now = context_switches();
+        if (now != switches) {  /* another context was made current meanwhile */
+            switches = now;
+            Py_SETREF(index, local_get(ThreadLocal, s_index));
+            if (index == NULL || (now == -1 && PyErr_Occurred())) {
+                Py_CLEAR(result);
+                break;
+            }
+        }
         if (Py_TYPE(result) == LaunchOpType) {
-            Py_SETREF(result, execute_launch(result, stream, where));
+            Py_SETREF(result, execute_launch(result, stream, where, index));
         } else {
             int pending = PyObject_IsInstance(result, DeviceOpType);
             if (pending < 0)
@@ -904,16 +932,38 @@ chain_perform(PyObject *chain, PyObject *stream)
             else if (pending)
                 Py_SETREF(result, PyObject_CallMethodOneArg(result, s_execute, stream));
         }
+        if (result != NULL && context_switches() != switches) {
+            switches = context_switches();
+            Py_SETREF(index, local_get(ThreadLocal, s_index));
+            if (index == NULL)
+                Py_CLEAR(result);
+        }
     }
     Py_DECREF(steps);
+    Py_XDECREF(index);
     Py_DECREF(where);
     return result;
 }
 
+static PyObject *last_pool_device, *last_pool_key;  /* the pool key of the last device */
+
+/* exec.stream.next_stream: the next stream of a full pool, keyed by (kind, index) */
 static PyObject *
 next_stream(PyObject *device)
 {
-    PyObject *cycle = PyDict_GetItemWithError(PoolCycles, device);
+    if (device != last_pool_device) {
+        PyObject *kind = PyObject_GetAttr(device, s_kind);
+        PyObject *index = kind ? PyObject_GetAttr(device, s_index) : NULL;
+        PyObject *key = index ? PyTuple_Pack(2, kind, index) : NULL;
+        Py_XDECREF(kind);
+        Py_XDECREF(index);
+        if (key == NULL)
+            return NULL;
+        Py_INCREF(device);
+        Py_XSETREF(last_pool_device, device);
+        Py_XSETREF(last_pool_key, key);
+    }
+    PyObject *cycle = PyDict_GetItemWithError(PoolCycles, last_pool_key);
     if (cycle != NULL) {
         PyObject *stream = PyIter_Next(cycle);
         if (stream != NULL || PyErr_Occurred())
@@ -951,7 +1001,7 @@ launch_sync(PyObject *op, PyObject *unused)
         return NULL;
     }
     Py_DECREF(where);
-    PyObject *result = run_prepared(get(op, op_kernel), prepared, stream);
+    PyObject *result = run_prepared(get(op, op_kernel), prepared, stream, NULL);
     Py_DECREF(prepared);
     /* finally: stream.synchronize() (its error, if any, wins as in Python) */
     PyObject *type, *value, *tb;
@@ -1214,7 +1264,8 @@ setup(PyObject *module, PyObject *config)
         take(config, "slow_then", &SlowThen) ||
         take(config, "slow_synchronize", &SlowSynchronize) ||
         take(config, "ledger", &Ledger) ||
-        take(config, "slow_chain_perform", &SlowChainPerform))
+        take(config, "slow_chain_perform", &SlowChainPerform) ||
+        take(config, "context_switches", &ContextSwitches))
         return NULL;
     PyObject *functions = PyDict_GetItemString(config, "ledger_functions");
     LedgerAcquireC = LedgerReleaseC = NULL;
@@ -1233,7 +1284,8 @@ setup(PyObject *module, PyObject *config)
         return NULL;
     }
     if (!PyList_Check(Epoch) || PyList_GET_SIZE(Epoch) != 1 || !PyDict_Check(Holders) ||
-        !PyDict_Check(PoolCycles)) {
+        !PyDict_Check(PoolCycles) || !PyList_Check(ContextSwitches) ||
+        PyList_GET_SIZE(ContextSwitches) != 1) {
         PyErr_SetString(PyExc_TypeError, "setup: unexpected state objects");
         return NULL;
     }

@@ -69,6 +69,7 @@ def _setup() -> None:
         "slow_chain_perform": deviceop._Chain.__dict__["_perform"],
         "slow_synchronize": stream.Stream.__dict__["synchronize"],
         "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
+        "context_switches": cuda._CONTEXT_SWITCHES,
     })
 
 

@@ -147,25 +147,27 @@ class Event:
 
 class _Pool:
     """Each device's streams, handed out round-robin. The pool fills under a lock; after that a
-    full pool's ``itertools.cycle`` (atomic under the GIL) serves without locking."""
+    full pool's ``itertools.cycle`` (atomic under the GIL) serves without locking. Keyed by
+    ``(kind, index)``: a tuple hashes in C, a Device (a dataclass) runs Python to hash."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: dict[Device, list[Stream]] = {}
-        self._cycles: dict[Device, Any] = {}
+        self._streams: dict[tuple[str, int], list[Stream]] = {}
+        self._cycles: dict[tuple[str, int], Any] = {}
 
     def next_stream(self, device: Device) -> Stream:
-        cycle = self._cycles.get(device)
+        key = (device.kind, device.index)
+        cycle = self._cycles.get(key)
         if cycle is not None:
             return next(cycle)
         with self._lock:
-            streams = self._streams.setdefault(device, [])
+            streams = self._streams.setdefault(key, [])
             if len(streams) < POOL_SIZE:
                 streams.append(Stream(device))
                 if len(streams) == POOL_SIZE:
-                    self._cycles[device] = itertools.cycle(streams)
+                    self._cycles[key] = itertools.cycle(streams)
                 return streams[-1]
-            return next(self._cycles[device])
+            return next(self._cycles[key])
 
 
 _POOL = _Pool()

@@ -51,10 +51,15 @@ def device(index: int) -> Any:
 
 
 def make_current(index: int) -> Any:
+    """Make device ``index``'s context current on this thread (and remember it there)."""
     dev = device(index)
     dev.set_current()
     _THREAD.index = index
+    _CONTEXT_SWITCHES[0] += 1
     return dev
+
+
+_CONTEXT_SWITCHES = [0]  # bumped by make_current: the compiled path re-reads _THREAD.index
 
 
 
