@@ -354,6 +354,34 @@ def test_the_ledger_lock_makes_other_threads_wait_without_holding_the_gil():
     assert order == ["holder", "waiter"] and not thread.is_alive()
 
 
+def test_the_ledger_lock_excludes_other_threads_across_gil_switches():
+    ledger = _ledger_type()()  # (with no exclusion, this test sees hundreds of overlaps)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible inside held sections
+    inside, entries, overlaps = [0], [0], []
+
+    def worker():
+        for _ in range(300):
+            with ledger:
+                with ledger:  # re-entrant
+                    inside[0] += 1
+                    if inside[0] != 1:
+                        overlaps.append(inside[0])
+                    sum(range(200))  # bytecode between the steps: the GIL changes hands
+                    entries[0] += 1
+                    inside[0] -= 1
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not any(thread.is_alive() for thread in threads)
+    assert overlaps == [] and entries == [1200] and not ledger._is_owned()
+
+
 def test_the_ledger_is_the_c_lock_wherever_it_was_built():
     if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
         pytest.skip("TILESAFE_COMPILED_PATH=0 keeps threading.RLock")

@@ -38,6 +38,7 @@ static PyObject *ThreadLocal;        /* runtime.cuda._THREAD (.index) */
 static PyObject *Holders;            /* runtime.launch._HOLDERS */
 static PyObject *HolderFn, *TakeLoansFn, *ReleaseAllFn, *FailFn, *NextStreamFn;
 static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
+static PyObject *DriverCallsDict;    /* its instance __dict__, where its calls are set */
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
 static PyObject *ContextSwitches;    /* runtime.cuda._CONTEXT_SWITCHES, a one-item list */
 static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
@@ -748,6 +749,19 @@ ready_packed(PyObject *prepared, PyObject *stream, PyObject *thread_index, int *
     return packed;
 }
 
+/* getattr(runtime.cuda._DRIVER_CALLS, name): its calls are instance attributes (a class
+ * __getattr__ chooses them on first use), so the instance dict is looked at first. */
+static PyObject *
+driver_call(PyObject *name)
+{
+    PyObject *call = PyDict_GetItemWithError(DriverCallsDict, name);
+    if (call != NULL) {
+        Py_INCREF(call);
+        return call;
+    }
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(DriverCalls, name);
+}
+
 static PyObject *
 fail(PyObject *err, PyObject *what)
 {
@@ -771,7 +785,7 @@ run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream, PyObject *t
         return PyObject_CallMethodObjArgs(kernel, s_run_prepared, prepared, stream, NULL);
     }
     PyObject *grid = get(packed, pk_grid);
-    PyObject *launch = PyObject_GetAttr(DriverCalls, s_launch);
+    PyObject *launch = driver_call(s_launch);
     if (launch == NULL)
         return NULL;
     if (!PyTuple_Check(grid) || PyTuple_GET_SIZE(grid) != 3) {
@@ -974,10 +988,15 @@ next_stream(PyObject *device)
     return PyObject_CallOneArg(NextStreamFn, device);
 }
 
+static PyObject *stream_synchronize(PyObject *stream, PyObject *unused);
+
+/* stream.synchronize() (the compiled method itself for a Stream: it is installed with this
+ * one) */
 static PyObject *
 synchronize_stream(PyObject *stream)
 {
-    PyObject *r = PyObject_CallMethodNoArgs(stream, s_synchronize);
+    PyObject *r = Py_TYPE(stream) == StreamType ? stream_synchronize(stream, NULL)
+                                                : PyObject_CallMethodNoArgs(stream, s_synchronize);
     if (r == NULL)
         return NULL;
     Py_DECREF(r);
@@ -1100,7 +1119,7 @@ stream_synchronize(PyObject *stream, PyObject *unused)
             Py_INCREF(address);
         else
             address = PyObject_GetAttr(stream, s_native_address);
-        PyObject *sync = address ? PyObject_GetAttr(DriverCalls, s_synchronize) : NULL;
+        PyObject *sync = address ? driver_call(s_synchronize) : NULL;
         PyObject *err = sync ? PyObject_CallOneArg(sync, address) : NULL;
         Py_XDECREF(sync);
         Py_XDECREF(address);
@@ -1283,6 +1302,9 @@ setup(PyObject *module, PyObject *config)
         PyErr_SetString(PyExc_RuntimeError, "setup: setup_callsite() first");
         return NULL;
     }
+    Py_XSETREF(DriverCallsDict, PyObject_GenericGetDict(DriverCalls, NULL));
+    if (DriverCallsDict == NULL)
+        return NULL;
     if (!PyList_Check(Epoch) || PyList_GET_SIZE(Epoch) != 1 || !PyDict_Check(Holders) ||
         !PyDict_Check(PoolCycles) || !PyList_Check(ContextSwitches) ||
         PyList_GET_SIZE(ContextSwitches) != 1) {
