@@ -160,6 +160,12 @@ def _driver_floor(z, x, y, results_at_1000: dict) -> list:
                   "per_op_sync": _time(per_op, 3) / n * 1e6}
         print(f"driver floor at N={n} via {via}: bare launches "
               f"{floors['chained_sync']:.3f} us/op, launch+sync {floors['per_op_sync']:.3f} us/op")
+        if native:  # the native wait polls the stream before blocking: the same without it
+            from tilesafe.runtime import _launcher
+            polled = _launcher.poll(0)
+            blocking = _time(per_op, 3) / n * 1e6
+            _launcher.poll(polled)
+            print(f"  launch+sync with the driver's blocking wait alone: {blocking:.3f} us/op")
         rows += [h.Row("execution_modes", "f16", str(n), mode, results_at_1000[mode], "us/op",
                        f"bare launch{'+sync' if mode == 'per_op_sync' else ''} via {via}",
                        floors[mode], lower_is_better=True) for mode in floors]

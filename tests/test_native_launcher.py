@@ -78,10 +78,12 @@ STAND_INS = textwrap.dedent("""
         seen.append(("graph", graph_exec, stream))
         return 0
 
+    query_states = []  # what the next queries return (then CUDA_ERROR_NOT_READY)
+
     @QUERY
     def query(stream):
         seen.append(("query", stream))
-        return 600  # CUDA_ERROR_NOT_READY
+        return query_states.pop(0) if query_states else 600  # CUDA_ERROR_NOT_READY
 
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value
     ALL = (address(launch), address(launch_ex), address(sync), address(graph), address(query))
@@ -114,9 +116,37 @@ def test_arguments_reach_the_driver_unchanged():
                         "None)")
     # the programmatic-serialization attribute (id 6) allowed, in a 1-entry attribute list
     assert lines[1] == "('launch_ex', 4660, (4096, 1, 3), (1, 1, 1), 0, 153, 22136, None, 1, 6, 1)"
-    assert lines[2] == "('sync', 153)"
-    assert lines[3] == "('graph', 2748, 153)"
-    assert lines[4] == "('query', 153)"
+    # a stream still busy after the polling is waited for in the driver
+    polls = lines.index("('sync', 153)") - 2
+    assert polls >= 1 and lines[2:2 + polls] == ["('query', 153)"] * polls
+    assert lines[3 + polls:] == ["('graph', 2748, 153)", "('query', 153)"]
+
+
+@needs_launcher
+def test_a_synchronize_that_sees_the_stream_idle_or_failed_returns_without_blocking():
+    out = _run("""
+        _launcher.bind(*ALL)
+        query_states[:] = [600, 600, 0]  # busy twice, then complete
+        assert _launcher.synchronize(0x99) == 0
+        query_states[:] = [700]  # an earlier kernel faulted: the wait would report it too
+        assert _launcher.synchronize(0x99) == 700
+        for entry in seen:
+            print(entry)
+    """)
+    assert out.splitlines() == ["('query', 153)"] * 4  # never the blocking wait
+
+
+@needs_launcher
+def test_polling_can_be_turned_off():
+    out = _run("""
+        _launcher.bind(*ALL)
+        assert _launcher.poll(0) == 20000
+        assert _launcher.synchronize(0x99) == 700
+        assert _launcher.poll(20000) == 0
+        for entry in seen:
+            print(entry)
+    """)
+    assert out.splitlines() == ["('sync', 153)"]  # straight to the blocking wait
 
 
 @needs_launcher

@@ -1,6 +1,7 @@
 /* tilesafe.runtime._launcher: the CUDA driver calls on the launch path (enqueue a kernel,
  * enqueue it as a programmatic dependent, enqueue a graph, ask whether a stream is idle, wait
- * for a stream), called straight from Python with plain integers.
+ * for a stream: polling it briefly, then blocking), called straight from Python with plain
+ * integers.
  *
  * The module links against nothing but Python's stable ABI (3.10+), so one build serves every
  * interpreter. It never loads the driver itself: runtime/cuda.py asks the driver already
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef void *CUfunction;
@@ -173,21 +175,67 @@ launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(result);
 }
 
+#define CUDA_ERROR_NOT_READY 600
+
+static int64_t poll_nanoseconds = 20000;  /* see poll_then_wait and poll() */
+
+static int64_t
+monotonic_nanoseconds(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Small work completes within microseconds of its launch: polling the stream for up to
+ * poll_nanoseconds sees that sooner than the driver's blocking wait returns; longer work is
+ * then waited for as usual. */
+static CUresult
+poll_then_wait(CUstream stream)
+{
+    if (poll_nanoseconds <= 0)
+        return stream_synchronize(stream);
+    int64_t deadline = monotonic_nanoseconds() + poll_nanoseconds;
+    do {
+        CUresult state = stream_query(stream);
+        if (state != CUDA_ERROR_NOT_READY)
+            return state;  /* complete (0), or the error the wait would report */
+    } while (monotonic_nanoseconds() < deadline);
+    return stream_synchronize(stream);
+}
+
 PyDoc_STRVAR(synchronize_doc,
 "synchronize(stream) -> CUresult\n\n"
-"Wait for a stream's work, letting other Python threads run meanwhile.");
+"Wait for a stream's work (polling it for a while, see poll(), then blocking in the driver),\n"
+"letting other Python threads run meanwhile.");
+
+PyDoc_STRVAR(poll_doc,
+"poll(nanoseconds) -> int\n\n"
+"How long synchronize() polls a stream before it blocks in the driver (20000 at import; 0\n"
+"blocks at once); returns the previous setting.");
+
+static PyObject *
+poll(PyObject *module, PyObject *nanoseconds)
+{
+    long long value = PyLong_AsLongLong(nanoseconds);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    long long previous = poll_nanoseconds;
+    poll_nanoseconds = value < 0 ? 0 : value;
+    return PyLong_FromLongLong(previous);
+}
 
 static PyObject *
 synchronize(PyObject *module, PyObject *stream_address)
 {
     void *stream;
     CUresult result;
-    if (stream_synchronize == NULL)
+    if (stream_synchronize == NULL || stream_query == NULL)
         return not_bound();
     if (as_address(stream_address, &stream) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    result = stream_synchronize(stream);
+    result = poll_then_wait(stream);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(result);
 }
@@ -233,6 +281,7 @@ static PyMethodDef methods[] = {
      launch_graph_doc},
     {"query", query, METH_O, query_doc},
     {"synchronize", synchronize, METH_O, synchronize_doc},
+    {"poll", poll, METH_O, poll_doc},
     {NULL, NULL, 0, NULL},
 };
 
