@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from types import ModuleType
+from typing import Callable, Optional
 
+from . import _compiled
 from .errors import Location
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -42,15 +45,17 @@ def _python_caller_location() -> Location:
     return Location("<unknown>", 0)
 
 
-def _compiled_caller_location():
-    if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
+def share_caches(compiled: ModuleType) -> None:
+    """Hand these caches and helpers to the compiled walk (``exec/_hotpath.c``)."""
+    compiled.setup_callsite(_INTERNAL, _LOCATIONS, _is_internal, Location)
+
+
+def _compiled_caller_location() -> Optional[Callable[[], Location]]:
+    compiled = _compiled.built("tilesafe.exec._hotpath") if _compiled.wanted() else None
+    if compiled is None:
         return None
-    try:
-        from .exec import _hotpath  # type: ignore[attr-defined]
-    except ImportError:  # built without a C compiler
-        return None
-    _hotpath.setup_callsite(_INTERNAL, _LOCATIONS, _is_internal, Location)
-    return _hotpath.caller_location
+    share_caches(compiled)
+    return compiled.caller_location
 
 
 caller_location = _compiled_caller_location() or _python_caller_location

@@ -36,7 +36,7 @@ static PyObject *CurrentLocal;       /* exec.stream._CURRENT (.stream) */
 static PyObject *DriveLocal;         /* exec.deviceop._DRIVE (.where) */
 static PyObject *ThreadLocal;        /* runtime.cuda._THREAD (.index) */
 static PyObject *Holders;            /* runtime.launch._HOLDERS */
-static PyObject *HolderFn, *TakeLoansFn, *ReleaseAllFn, *FailFn, *NextStreamFn;
+static PyObject *HolderFn, *TakeLoansFn, *FailFn, *NextStreamFn;
 static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
 static PyObject *DriverCallsDict;    /* its instance __dict__, where its calls are set */
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
@@ -686,8 +686,10 @@ recover(PyObject *prepared, PyObject *stream)
         return -1;
     if (PyList_GET_SIZE(borrowed) > 0) {
         PyObject *spent = get(stream, st_spent);
-        if (!PyList_Check(spent))
+        if (!PyList_Check(spent)) {
+            PyErr_SetString(PyExc_TypeError, "recover: a stream's spent list is not a list");
             return -1;
+        }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(borrowed); i++) {
             PyObject *entry = PyTuple_Pack(2, PyList_GET_ITEM(borrowed, i),
                                            get(prepared, pl_where));
@@ -929,7 +931,7 @@ chain_perform(PyObject *chain, PyObject *stream)
         if (result == NULL)
             break;
         long now = context_switches();
-        if (now != switches) {  /* another context was made current meanwhile */
+        if (now != switches) {  /* made current by the step, or by the last launch */
             switches = now;
             Py_SETREF(index, local_get(ThreadLocal, s_index));
             if (index == NULL || (now == -1 && PyErr_Occurred())) {
@@ -945,12 +947,6 @@ chain_perform(PyObject *chain, PyObject *stream)
                 Py_CLEAR(result);
             else if (pending)
                 Py_SETREF(result, PyObject_CallMethodOneArg(result, s_execute, stream));
-        }
-        if (result != NULL && context_switches() != switches) {
-            switches = context_switches();
-            Py_SETREF(index, local_get(ThreadLocal, s_index));
-            if (index == NULL)
-                Py_CLEAR(result);
         }
     }
     Py_DECREF(steps);
@@ -1046,8 +1042,8 @@ launch_del(PyObject *op, PyObject *unused)
     if (prepared == Py_None || get(op, op_driven_at) != Py_None)
         Py_RETURN_NONE;
     PyObject *loans = Py_TYPE(prepared) == PreparedType ? get(prepared, pl_loans) : Py_None;
-    if (PyList_Check(loans) && PyList_GET_SIZE(loans) > 0)
-        return PyObject_CallOneArg(ReleaseAllFn, loans);
+    if (PyList_Check(loans) && PyList_GET_SIZE(loans) > 0 && release_all(loans) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1269,12 +1265,10 @@ setup(PyObject *module, PyObject *config)
         take_type(config, "Tensor", &TensorType) ||
         take_type(config, "Partition", &PartitionType) ||
         take(config, "DeviceOp", &DeviceOpType) || take(config, "epoch", &Epoch) ||
-        take(config, "ledger_acquire", &LedgerAcquire) ||
-        take(config, "ledger_release", &LedgerRelease) ||
         take(config, "current", &CurrentLocal) || take(config, "drive", &DriveLocal) ||
         take(config, "thread", &ThreadLocal) || take(config, "holders", &Holders) ||
         take(config, "holder", &HolderFn) || take(config, "take_loans", &TakeLoansFn) ||
-        take(config, "release_all", &ReleaseAllFn) || take(config, "fail", &FailFn) ||
+        take(config, "fail", &FailFn) ||
         take(config, "next_stream", &NextStreamFn) ||
         take(config, "driver_calls", &DriverCalls) ||
         take(config, "pool_cycles", &PoolCycles) ||
@@ -1285,6 +1279,10 @@ setup(PyObject *module, PyObject *config)
         take(config, "ledger", &Ledger) ||
         take(config, "slow_chain_perform", &SlowChainPerform) ||
         take(config, "context_switches", &ContextSwitches))
+        return NULL;
+    Py_XSETREF(LedgerAcquire, PyObject_GetAttrString(Ledger, "acquire"));
+    Py_XSETREF(LedgerRelease, PyObject_GetAttrString(Ledger, "release"));
+    if (LedgerAcquire == NULL || LedgerRelease == NULL)
         return NULL;
     PyObject *functions = PyDict_GetItemString(config, "ledger_functions");
     LedgerAcquireC = LedgerReleaseC = NULL;

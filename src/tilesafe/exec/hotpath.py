@@ -19,10 +19,9 @@ Python methods from the start).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from .. import _callsite
+from .. import _callsite, _compiled
 from ..kernel import Kernel
 from ..runtime import allocation, cuda
 from ..runtime import launch as runtime_launch
@@ -30,10 +29,7 @@ from ..runtime.partition import Partition
 from ..runtime.tensor import Tensor
 from . import deviceop, launch, stream
 
-try:
-    from . import _hotpath  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler: the Python methods stay
-    _hotpath = None
+_hotpath = _compiled.built("tilesafe.exec._hotpath")  # None: the Python methods stay
 
 _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (Kernel, "__call__", Kernel.__dict__["__call__"]),
@@ -49,25 +45,25 @@ _state = {"in_use": False}
 
 def _setup() -> None:
     ledger = allocation.LEDGER
+    python = {(cls, name): method for cls, name, method in _PYTHON_METHODS}
     _hotpath.setup({
         "LaunchOp": launch.LaunchOp, "PreparedLaunch": runtime_launch.PreparedLaunch,
         "LaunchPlan": runtime_launch.LaunchPlan, "Loan": allocation.Loan,
         "Allocation": allocation.Allocation, "Chain": deviceop._Chain,
         "Stream": stream.Stream, "PackedLaunch": cuda.PackedLaunch, "Tensor": Tensor,
         "Partition": Partition, "DeviceOp": deviceop.DeviceOp,
-        "epoch": allocation._EPOCH, "ledger_acquire": ledger.acquire,
-        "ledger_release": ledger.release, "current": stream._CURRENT,
+        "epoch": allocation._EPOCH, "current": stream._CURRENT,
         "drive": deviceop._DRIVE, "thread": cuda._THREAD,
         "holders": runtime_launch._HOLDERS, "holder": runtime_launch._holder,
-        "take_loans": runtime_launch._take_loans, "release_all": allocation.release_all,
+        "take_loans": runtime_launch._take_loans,
         "fail": cuda._fail, "next_stream": stream.next_stream,
         "driver_calls": cuda._DRIVER_CALLS, "pool_cycles": stream._POOL._cycles,
-        "slow_execute": deviceop.DeviceOp._execute,
+        "slow_execute": python[launch.LaunchOp, "_execute"],
         "slow_perform": launch.LaunchOp._perform,
-        "slow_sync": deviceop.DeviceOp.sync,
-        "slow_then": deviceop._Chain.__dict__["then"],
-        "slow_chain_perform": deviceop._Chain.__dict__["_perform"],
-        "slow_synchronize": stream.Stream.__dict__["synchronize"],
+        "slow_sync": deviceop.DeviceOp.sync,  # what LaunchOp.sync hands the other cases to
+        "slow_then": python[deviceop._Chain, "then"],
+        "slow_chain_perform": python[deviceop._Chain, "_perform"],
+        "slow_synchronize": python[stream.Stream, "synchronize"],
         "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
         "context_switches": cuda._CONTEXT_SWITCHES,
     })
@@ -76,11 +72,8 @@ def _setup() -> None:
 def _ledger_functions(ledger: Any) -> Any:
     """The C acquire and release of a ``runtime._ledger.Ledger`` ledger (else None: the
     compiled path calls the lock's Python methods)."""
-    try:
-        from ..runtime import _ledger  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _ledger.functions() if type(ledger) is _ledger.Ledger else None
+    compiled = _compiled.built("tilesafe.runtime._ledger")
+    return compiled.functions() if compiled and type(ledger) is compiled.Ledger else None
 
 
 def compiled_path_built() -> bool:
@@ -93,9 +86,7 @@ def use_compiled_path(enabled: bool = True) -> bool:
     whether the C methods are now in use."""
     enabled = bool(enabled) and _hotpath is not None
     if enabled and not _state["in_use"]:
-        if _callsite.caller_location is _callsite._python_caller_location:
-            _hotpath.setup_callsite(_callsite._INTERNAL, _callsite._LOCATIONS,
-                                    _callsite._is_internal, _callsite.Location)
+        _callsite.share_caches(_hotpath)  # kernel_call walks to the caller in C
         _setup()
     for cls, name, python in _PYTHON_METHODS:
         setattr(cls, name, _hotpath.method(cls, name) if enabled else python)
@@ -108,4 +99,4 @@ def compiled_path_in_use() -> bool:
     return _state["in_use"]
 
 
-use_compiled_path(os.environ.get("TILESAFE_COMPILED_PATH", "1") != "0")
+use_compiled_path(_compiled.wanted())

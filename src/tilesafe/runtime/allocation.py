@@ -21,10 +21,10 @@ loans, a move, a spend, and a host access until its data has moved.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, Optional
 
+from .. import _compiled
 from ..errors import BorrowError, Location
 from .device import Device
 
@@ -115,13 +115,8 @@ def _ledger_lock() -> Any:
     """The C re-entrant lock of ``runtime/_ledger.c`` when it was built (the compiled launch
     path takes it without a Python call), else ``threading.RLock``;
     ``TILESAFE_COMPILED_PATH=0`` keeps the latter."""
-    if os.environ.get("TILESAFE_COMPILED_PATH", "1") != "0":
-        try:
-            from ._ledger import Ledger  # type: ignore[import-not-found]
-            return Ledger()
-        except ImportError:  # built without a C compiler
-            pass
-    return threading.RLock()
+    compiled = _compiled.built("tilesafe.runtime._ledger") if _compiled.wanted() else None
+    return compiled.Ledger() if compiled is not None else threading.RLock()
 
 
 LEDGER = _ledger_lock()
