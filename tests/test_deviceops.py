@@ -139,9 +139,10 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
         monkeypatch.setattr(stream, "synchronize", synchronize)
         t, x = ts.zeros(64, device="cpu").sync(), ts.ones(64, device="cpu").sync()
         op = axpy(ts.borrow_mut(t).partition(16), x, 1.0)
+        op._early.plan.backend["packed"] = object()  # ready to enqueue
 
         async def main():
-            task = asyncio.ensure_future(deviceop._await_enqueued(op, stream, None))
+            task = asyncio.ensure_future(deviceop._await_on_loop(op, stream, None))
             await asyncio.sleep(0)  # the op is enqueued; its loans last until the wait ends
             if waited_on_a_thread:
                 with pytest.raises(BorrowError):
@@ -159,15 +160,85 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
 
 
 def test_only_launches_ready_to_enqueue_are_awaited_on_the_loop():
-    x = _ones()
+    x, stream = _ones(), ts.Stream("cpu")
     op = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
-    assert not op._only_enqueues()  # not yet packed for a driver (its first launch compiles)
+    assert not op._only_enqueues(stream)  # not yet packed for a driver (its first launch compiles)
     op._early.plan.backend["packed"] = object()
-    assert op._only_enqueues()
+    assert op._only_enqueues(stream)
     pending = axpy(ts.zeros(64).partition(16), x, 1.0)  # an argument still to be produced
-    assert not pending._only_enqueues()
-    assert not op.then(lambda r: r)._only_enqueues()  # a host step follows
+    assert not pending._only_enqueues(stream)
+    assert not op.then(lambda r: r)._only_enqueues(stream)  # a chain is judged step by step
     del op, pending
+
+
+def _await_on_loop_with_stand_in_queries(monkeypatch, op, stream):
+    """Await ``op`` through the cuda await path on a cpu stream (the driver's stream query
+    stands in as always idle); returns the result and the threads each step ran on."""
+    from tilesafe.exec import deviceop
+    from tilesafe.runtime import cuda
+    monkeypatch.setattr(ts.Stream, "native_address", 0)
+    monkeypatch.setattr(cuda, "is_idle", lambda handle: True)
+
+    async def main():
+        return await deviceop._await_on_loop(op, stream, None)
+    return asyncio.run(main())
+
+
+def test_an_awaited_chain_enqueues_on_the_loop_while_its_steps_only_enqueue(monkeypatch):
+    x, stream, threads = _ones(), ts.Stream("cpu"), []
+    first = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    first._early.plan.backend["packed"] = object()  # the plan every step's launch reuses
+
+    def step(result):
+        threads.append(threading.current_thread())
+        return axpy(result[0], x, 1.0)
+    op = first
+    for _ in range(4):
+        op = op.then(step)
+    z, *_ = _await_on_loop_with_stand_in_queries(monkeypatch, op, stream)
+    assert threads == [threading.main_thread()] * 4
+    assert not x._alloc.loans
+    assert np.array_equal(z.unpartition().numpy(), np.full(64, 5.0))
+    with pytest.raises(DeviceOpError, match="an op runs once"):
+        op.sync()
+
+
+def test_an_awaited_chain_hands_the_rest_to_a_thread_at_a_step_that_does_more(monkeypatch):
+    """A step whose launch is not ready to enqueue (a new specialization, which compiles on a
+    GPU) and every step after it run on a waiter thread, after the steps enqueued before."""
+    x, y, stream, threads = _ones(), _ones(32), ts.Stream("cpu"), []
+    first = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    first._early.plan.backend["packed"] = object()
+    other = ts.zeros(32).sync()
+
+    def same_plan(result):
+        threads.append(threading.current_thread())
+        return axpy(result[0], x, 1.0)
+
+    def new_plan(result):
+        threads.append(threading.current_thread())
+        return axpy(ts.borrow_mut(other).partition(32), y, 2.0).map(lambda _: result)
+    op = first.then(same_plan).then(new_plan).then(same_plan).then(same_plan)
+    z, *_ = _await_on_loop_with_stand_in_queries(monkeypatch, op, stream)
+    main = threading.main_thread()
+    assert threads[:2] == [main, main] and all(t is not main for t in threads[2:]), threads
+    assert np.array_equal(z.unpartition().numpy(), np.full(64, 4.0))
+    assert np.array_equal(other.numpy(), np.full(32, 2.0))
+    assert not x._alloc.loans and not y._alloc.loans and not other._alloc.loans
+
+
+def test_an_error_in_an_awaited_chain_ends_the_loans_of_what_it_enqueued(monkeypatch):
+    x, stream = _ones(), ts.Stream("cpu")
+    z = ts.zeros(64).sync()
+    first = axpy(ts.borrow_mut(z).partition(16), x, 1.0)
+    first._early.plan.backend["packed"] = object()
+
+    def failing(result):
+        raise ValueError("a host step failed")
+    with pytest.raises(ValueError, match="a host step failed"):
+        _await_on_loop_with_stand_in_queries(monkeypatch, first.then(failing), stream)
+    assert not x._alloc.loans and not z._alloc.loans
+    assert np.array_equal(z.numpy(), np.ones(64))
 
 
 def test_streams_pool_and_wrapping():

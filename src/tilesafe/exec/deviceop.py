@@ -95,24 +95,34 @@ class DeviceOp(Generic[T]):
     async def _run_async(self) -> T:
         stream = next_stream(self.device)
         where = caller_location()  # the awaiting coroutine's line
-        if stream.device.kind == "cuda" and self._only_enqueues():
-            return await _await_enqueued(self, stream, where)
-        loop = asyncio.get_running_loop()
-        # The work runs off the event loop, on tilesafe's own long-lived waiter threads; the
-        # loop keeps serving other coroutines and is woken when the op has completed (no
-        # busy-waiting, and no thread start per pipeline).
-        return await loop.run_in_executor(_waiters(), self._drive, stream, where)
+        if stream.device.kind == "cuda":
+            return await _await_on_loop(self, stream, where)
+        # On the cpu device work completes as it runs: it runs off the event loop, on
+        # tilesafe's own long-lived waiter threads, and the loop keeps serving other coroutines.
+        return await asyncio.get_running_loop().run_in_executor(_waiters(), self._drive, stream,
+                                                                where)
 
-    def _only_enqueues(self) -> bool:
-        """Whether driving this op does nothing on the host but enqueue device work (nothing
-        to compile, no host-side step), so an await may do it on the event loop's thread."""
+    def _only_enqueues(self, stream: Stream) -> bool:
+        """Whether running this op on ``stream`` does nothing on the host but enqueue device
+        work (nothing to compile, no host-side step), so an await may run it on the event
+        loop's thread."""
         return False
+
+    def _enqueue_while_only_enqueueing(self, stream: Stream) -> tuple[bool, Any]:
+        """Run as much of this op on ``stream`` as only enqueues device work. Returns
+        ``(True, result)`` when all of it ran, else ``(False, rest)``: ``rest`` is the op that
+        runs the remainder (this op itself when none of it ran)."""
+        if not self._only_enqueues(stream):
+            return False, self
+        return True, self._execute(stream)
 
     # -- composition ------------------------------------------------------------------------
     def then(self, fn: Callable[[T], "DeviceOp[U] | U"]) -> "DeviceOp[U]":
         """After this op, run ``fn(result)`` on the same stream; if it returns a DeviceOp,
         that op runs next (no host synchronization in between). Long chains are flat: no
-        recursion per step."""
+        recursion per step. ``fn`` runs on the thread that drives the chain; under ``await``,
+        while the steps before it only enqueued, that is the event loop's thread, so ``fn``
+        should only build the next op."""
         return _Chain(self, [fn])
 
     def map(self, fn: Callable[[T], U]) -> "DeviceOp[U]":
@@ -189,27 +199,75 @@ class _Chain(DeviceOp):
         return _Chain(self._first, self._steps)
 
     def _perform(self, stream: Stream) -> Any:
-        result = self._first._execute(stream)
-        for fn in self._steps:
+        return _run_steps(self._steps, 0, self._first._execute(stream), stream)
+
+    def _enqueue_while_only_enqueueing(self, stream: Stream) -> tuple[bool, Any]:
+        first = self._first
+        if not first._only_enqueues(stream):
+            return False, self
+        self._consume("driven")
+        result = first._execute(stream)
+        steps = self._steps
+        for index, fn in enumerate(steps):
             result = fn(result)
             if isinstance(result, DeviceOp):
+                if not result._only_enqueues(stream):
+                    return False, _ChainRest(self, result, index + 1)
                 result = result._execute(stream)
-        return result
+        return True, result
+
+
+class _ChainRest(DeviceOp):
+    """What remains of a chain whose step ``op`` was not run: ``op``, then the chain's steps
+    from ``start`` on."""
+
+    __slots__ = ("_chain", "_op", "_start")
+
+    def __init__(self, chain: _Chain, op: DeviceOp, start: int):
+        super().__init__(None, None, chain.device)
+        self._chain, self._op, self._start = chain, op, start
+
+    @property
+    def label(self) -> str:
+        return self._chain.label
+
+    def _perform(self, stream: Stream) -> Any:
+        return _run_steps(self._chain._steps, self._start, self._op._execute(stream), stream)
+
+
+def _run_steps(steps: list, start: int, result: Any, stream: Stream) -> Any:
+    """Run a chain's steps from ``start`` on, the first given ``result``, on ``stream``."""
+    for index in range(start, len(steps)):
+        result = steps[index](result)
+        if isinstance(result, DeviceOp):
+            result = result._execute(stream)
+    return result
 
 
 SPIN_SECONDS = 50e-6  # how long an await polls its stream before handing the wait to a thread
 
 
-async def _await_enqueued(op: DeviceOp[T], stream: Stream, where: Location) -> T:
-    """Await an op that only enqueues: enqueue it right here, poll the stream for a short
-    while (small work completes before a thread could be woken), and otherwise wait on a
-    waiter thread while the loop serves other coroutines. The loans end once the work is
-    known complete, as with ``sync``."""
+async def _await_on_loop(op: DeviceOp[T], stream: Stream, where: Location) -> T:
+    """Await an op on a cuda stream. As far as the op only enqueues device work (launches
+    ready to enqueue, chains of them), the awaiting coroutine enqueues it on the loop's thread
+    and polls the stream for a short while (small work completes before a thread could be
+    woken); a wait that lasts longer goes to a waiter thread while the loop serves other
+    coroutines. The rest of an op (a launch that must compile first, an allocation, a host
+    step) runs on a waiter thread. The loans end once the work is known complete, as with
+    ``sync``."""
+    saved = set_current_stream(stream)
+    saved_where, _DRIVE.where = getattr(_DRIVE, "where", None), where
     try:
-        result = op._enqueue(stream, where)
+        finished, value = op._enqueue_while_only_enqueueing(stream)
     except BaseException:
         stream.synchronize()
         raise
+    finally:
+        _DRIVE.where = saved_where
+        set_current_stream(saved)
+    loop = asyncio.get_running_loop()
+    if not finished:  # the rest follows what was enqueued, on the same stream
+        return await loop.run_in_executor(_waiters(), value._drive, stream, where)
     try:
         idle = _idle_within(stream, SPIN_SECONDS)
     except BaseException:
@@ -218,8 +276,8 @@ async def _await_enqueued(op: DeviceOp[T], stream: Stream, where: Location) -> T
     if idle:  # returns at once (unless another thread enqueued on the stream meanwhile)
         stream.synchronize()
     else:
-        await asyncio.get_running_loop().run_in_executor(_waiters(), stream.synchronize)
-    return result
+        await loop.run_in_executor(_waiters(), stream.synchronize)
+    return value
 
 
 def _idle_within(stream: Stream, seconds: float) -> bool:

@@ -90,11 +90,11 @@ class LaunchOp(DeviceOp[tuple]):
         finally:
             stream.synchronize()
 
-    def _only_enqueues(self) -> bool:
-        """Validated at creation, outside a pipeline, and already packed for the driver: a
-        drive is one enqueue."""
+    def _only_enqueues(self, stream: Stream) -> bool:
+        """Validated at creation (outside a pipeline or inside the one running on ``stream``)
+        and already packed for the driver: running it is one enqueue."""
         early = self._early
-        return early is not None and self._early_stream is None and \
+        return early is not None and self._early_stream in (None, stream) and \
             early.plan is not None and "packed" in early.plan.backend
 
     def __del__(self) -> None:
