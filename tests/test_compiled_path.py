@@ -18,7 +18,7 @@ import pytest
 import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe import _callsite
-from tilesafe.errors import BorrowError, DeviceOpError
+from tilesafe.errors import BorrowError, DeviceOpError, MovedError
 from tilesafe.exec import hotpath
 from tilesafe.exec import stream as streams
 from tilesafe.runtime import cuda
@@ -259,6 +259,51 @@ def test_borrow_conflicts_on_a_cached_plan_are_reported_at_the_launch_line(launc
         add(z, x, y)  # <- conflicting launch
     del writer
     add(z, x, y).sync()  # the dropped writer gave x back
+
+
+@pytest.fixture
+def captured_graphs(monkeypatch, driver):
+    """Graph capture and launch stand in too: capturing records nothing, the executable graph
+    is a made-up handle, and each graph launch is recorded in ``driver.graph_launches``."""
+    from tilesafe.exec.launch import KernelNode
+
+    class Executable:
+        handle = 0x6000
+    driver.graph_launches = []
+    monkeypatch.setattr(cuda, "graph_builder", lambda native: None)
+    monkeypatch.setattr(cuda, "finish_graph", lambda builder, previous: Executable())
+    monkeypatch.setattr(KernelNode, "capture", lambda node, builder: None)
+    monkeypatch.setitem(vars(cuda._DRIVER_CALLS), "launch_graph",
+                        lambda graph, stream: driver.graph_launches.append((graph, stream)) or 0)
+    return driver
+
+
+def test_graph_replays_borrow_once_each_share_loans_on_one_stream_and_see_moves(
+        launch_path, captured_graphs):
+    driver = captured_graphs
+    z, x, y = _arguments()[0].sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(add(z, x, y))
+    before = add.launch_count
+    for _ in range(3):
+        graph.launch().sync()
+        assert x._alloc.loans == [] and z._tensor._alloc.loans == []
+    assert add.launch_count - before == 3
+    assert [g for g, _ in driver.graph_launches] == [0x6000] * 3
+    assert driver.waits[-3:] == [stream for _, stream in driver.graph_launches]
+    stream = driver.pool[0]
+    graph._run_on(stream), graph._run_on(stream)  # back to back, not yet waited for
+    assert [loan.count for loan in x._alloc.loans] == [2]
+    with pytest.raises(BorrowError, match="mutably borrowed by a replay"):
+        graph._run_on(driver.pool[1])  # another stream must wait for those replays
+    stream.synchronize()
+    assert x._alloc.loans == [] and z._tensor._alloc.loans == []
+    x.partition(LENGTH)  # <- move x
+    moved_at = marker_line(__file__, "move x")
+    with pytest.raises(MovedError, match=f"replay a graph that reads it: this tensor was "
+                                         f"moved at .*:{moved_at}"):
+        graph.launch().sync()
+    assert z._tensor._alloc.loans == [] and len(driver.graph_launches) == 5
 
 
 def test_the_compiled_and_python_callsite_walks_agree():

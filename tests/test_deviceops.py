@@ -25,6 +25,10 @@ def _ones(n=64):
     return ts.ones(n).sync()
 
 
+def _cpu_ones(n=64):
+    return ts.ones(n, device="cpu").sync()
+
+
 def test_nothing_runs_before_a_driver():
     before = axpy.launch_count
     x = _ones()
@@ -137,7 +141,7 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
                 go_on.wait(10)
             sync()
         monkeypatch.setattr(stream, "synchronize", synchronize)
-        t, x = ts.zeros(64, device="cpu").sync(), ts.ones(64, device="cpu").sync()
+        t, x = ts.zeros(64, device="cpu").sync(), _cpu_ones()
         op = axpy(ts.borrow_mut(t).partition(16), x, 1.0)
         op._early.plan.backend["packed"] = object()  # ready to enqueue
 
@@ -185,8 +189,8 @@ def _await_on_loop_with_stand_in_queries(monkeypatch, op, stream):
 
 
 def test_an_awaited_chain_enqueues_on_the_loop_while_its_steps_only_enqueue(monkeypatch):
-    x, stream, threads = _ones(), ts.Stream("cpu"), []
-    first = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    x, stream, threads = _cpu_ones(), ts.Stream("cpu"), []
+    first = axpy(ts.zeros(64, device="cpu").sync().partition(16), x, 1.0)
     first._early.plan.backend["packed"] = object()  # the plan every step's launch reuses
 
     def step(result):
@@ -206,10 +210,10 @@ def test_an_awaited_chain_enqueues_on_the_loop_while_its_steps_only_enqueue(monk
 def test_an_awaited_chain_hands_the_rest_to_a_thread_at_a_step_that_does_more(monkeypatch):
     """A step whose launch is not ready to enqueue (a new specialization, which compiles on a
     GPU) and every step after it run on a waiter thread, after the steps enqueued before."""
-    x, y, stream, threads = _ones(), _ones(32), ts.Stream("cpu"), []
-    first = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
+    x, y, stream, threads = _cpu_ones(), _cpu_ones(32), ts.Stream("cpu"), []
+    first = axpy(ts.zeros(64, device="cpu").sync().partition(16), x, 1.0)
     first._early.plan.backend["packed"] = object()
-    other = ts.zeros(32).sync()
+    other = ts.zeros(32, device="cpu").sync()
 
     def same_plan(result):
         threads.append(threading.current_thread())
@@ -228,8 +232,8 @@ def test_an_awaited_chain_hands_the_rest_to_a_thread_at_a_step_that_does_more(mo
 
 
 def test_an_error_in_an_awaited_chain_ends_the_loans_of_what_it_enqueued(monkeypatch):
-    x, stream = _ones(), ts.Stream("cpu")
-    z = ts.zeros(64).sync()
+    x, stream = _cpu_ones(), ts.Stream("cpu")
+    z = ts.zeros(64, device="cpu").sync()
     first = axpy(ts.borrow_mut(z).partition(16), x, 1.0)
     first._early.plan.backend["packed"] = object()
 
@@ -239,6 +243,31 @@ def test_an_error_in_an_awaited_chain_ends_the_loans_of_what_it_enqueued(monkeyp
         _await_on_loop_with_stand_in_queries(monkeypatch, first.then(failing), stream)
     assert not x._alloc.loans and not z._alloc.loans
     assert np.array_equal(z.numpy(), np.ones(64))
+
+
+def test_a_graph_launch_waits_for_the_stream_it_replays_on():
+    """``.sync()`` and ``await`` replay on the launch's stream, else the recording stream, and
+    wait for that stream; a drive that names a stream replays there."""
+    x, z = _cpu_ones(32), ts.zeros(32, device="cpu").sync()
+    recorded_on, chosen, named = ts.Stream("cpu"), ts.Stream("cpu"), ts.Stream("cpu")
+    with ts.CudaGraph.scope(recorded_on) as graph:
+        graph.record(axpy(ts.borrow_mut(z).partition(8), x, 1.0))
+    graph.launch().sync()
+    assert np.array_equal(z.numpy(), np.ones(32))  # complete: its loans ended
+    graph.launch(chosen).sync()
+    asyncio.run(_awaited(graph.launch()))
+    graph.launch(chosen).sync_on(named)
+    graph.replay()
+    assert np.array_equal(z.numpy(), np.full(32, 5.0))
+    assert not recorded_on._pending and not chosen._pending and not named._pending
+    op = graph.launch()
+    op.sync()
+    with pytest.raises(DeviceOpError, match="an op runs once"):
+        op.sync()
+
+
+async def _awaited(op):
+    return await op
 
 
 def test_streams_pool_and_wrapping():

@@ -293,6 +293,31 @@ def test_replay_borrows_refuse_a_moved_input_or_a_spent_output_at_every_replay()
         borrows.lend("a replay", None, None)
 
 
+def test_replays_on_one_stream_share_their_loans_until_the_last_ends():
+    """Back-to-back replays on one stream share the loans of the first (one more use each);
+    a replay on another stream is still refused while they live."""
+    from tilesafe.runtime.allocation import release_all
+    from tilesafe.runtime.launch import ReplayBorrows
+    x, z = ts.ones(16).sync(), ts.zeros(16).sync()
+    borrows = ReplayBorrows([(scale1d, (ts.borrow_mut(z).partition(8), x, 2.0))])
+    one, other = ts.Stream("cpu"), ts.Stream("cpu")
+    first = borrows.lend("a replay", None, one)
+    second = borrows.lend("a replay", None, one)
+    assert [id(loan) for loan in first] == [id(loan) for loan in second]
+    assert all(loan.count == 2 for loan in first)
+    kept = list(first)
+    with pytest.raises(BorrowError, match="cannot replay the graph"):
+        borrows.lend("a replay", None, other)
+    release_all(first)
+    with pytest.raises(BorrowError, match="mutably borrowed by a replay"):
+        z.numpy()  # the second replay still borrows it
+    release_all(second)
+    assert not x._alloc.loans and not z._alloc.loans
+    third = borrows.lend("a replay", None, one)  # the shared loans ended: new ones
+    assert all(loan.count == 1 for loan in third) and third[0] is not kept[0]
+    release_all(third)
+
+
 # -- ownership steps are atomic across threads (runtime.allocation.LEDGER) -------------------
 
 def _rival_inside(monkeypatch, owner, name, rival):

@@ -28,7 +28,7 @@
 /* ---- what setup() hands over ------------------------------------------------------------ */
 
 static PyTypeObject *LaunchOpType, *PreparedType, *PlanType, *LoanType, *AllocationType,
-    *ChainType, *StreamType, *PackedType, *TensorType, *PartitionType;
+    *ChainType, *StreamType, *PackedType, *TensorType, *PartitionType, *ReplayBorrowsType;
 static PyObject *DeviceOpType;
 static PyObject *Epoch;              /* runtime.allocation._EPOCH, a one-item list */
 static PyObject *LedgerAcquire, *LedgerRelease;
@@ -42,7 +42,7 @@ static PyObject *DriverCallsDict;    /* its instance __dict__, where its calls a
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
 static PyObject *ContextSwitches;    /* runtime.cuda._CONTEXT_SWITCHES, a one-item list */
 static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
-    *SlowChainPerform;
+    *SlowChainPerform, *SlowReplayLend;
 static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
 
 /* interned names and constants */
@@ -61,6 +61,7 @@ static Py_ssize_t loan_allocation, loan_lo, loan_hi, loan_mutable, loan_holder, 
     loan_stream, loan_count;
 static Py_ssize_t alloc_loans;
 static Py_ssize_t chain_first, chain_steps, chain_length;
+static Py_ssize_t rb_borrows, rb_checked_epoch, rb_stream_loans;
 static Py_ssize_t st_device, st_pending, st_spent, st_native_address;
 static Py_ssize_t pk_function, pk_grid, pk_index, pk_address, pk_programmatic;
 
@@ -416,11 +417,16 @@ holder_of(PyObject *kernel_name)
     return PyErr_Occurred() ? NULL : PyObject_CallOneArg(HolderFn, kernel_name);
 }
 
-/* runtime.launch._plan_loans (called with the ledger held). A new list. */
+/* The loans of a repeated launch or replay (runtime.launch._plan_loans and the end of
+ * ReplayBorrows.lend; called with the ledger held): the loans kept in ``owner``'s slot at
+ * ``stream_loans_at`` (a (stream, loans) pair) when they are of ``stream`` and all live, one
+ * more use each; else new loans of ``borrows``, kept there. ``holder`` (borrowed) names the
+ * work, or NULL: the holder of ``kernel``'s launches. A new list. */
 static PyObject *
-plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
+shared_or_new_loans(PyObject *owner, Py_ssize_t stream_loans_at, PyObject *borrows,
+                    PyObject *kernel, PyObject *holder, PyObject *where, PyObject *stream)
 {
-    PyObject *last = get(plan, plan_stream_loans);
+    PyObject *last = get(owner, stream_loans_at);
     if (stream != Py_None && PyTuple_Check(last) && PyTuple_GET_SIZE(last) == 2 &&
         PyTuple_GET_ITEM(last, 0) == stream && PyTuple_Check(PyTuple_GET_ITEM(last, 1)) &&
         PyTuple_GET_SIZE(PyTuple_GET_ITEM(last, 1)) > 0) {
@@ -444,16 +450,19 @@ plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
             return PySequence_List(shared);
         }
     }
-    PyObject *borrows = get(plan, plan_borrows);
     if (!PyList_Check(borrows)) {
-        PyErr_SetString(PyExc_TypeError, "a launch plan's borrows are not a list");
+        PyErr_SetString(PyExc_TypeError, "the borrows of a launch plan or replay are not a list");
         return NULL;
     }
-    PyObject *kernel_name = PyObject_GetAttr(kernel, s_name);
-    PyObject *holder = kernel_name ? holder_of(kernel_name) : NULL;
-    Py_XDECREF(kernel_name);
-    if (holder == NULL)
-        return NULL;
+    if (holder != NULL) {
+        Py_INCREF(holder);
+    } else {
+        PyObject *kernel_name = PyObject_GetAttr(kernel, s_name);
+        holder = kernel_name ? holder_of(kernel_name) : NULL;
+        Py_XDECREF(kernel_name);
+        if (holder == NULL)
+            return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(borrows);
     int checks = 0;  /* any allocation with loans: Python's _take_loans checks them */
     for (Py_ssize_t i = 0; i < n && !checks; i++) {
@@ -489,8 +498,49 @@ plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
             Py_DECREF(loans);
             return NULL;
         }
-        put(plan, plan_stream_loans, pair);
+        put(owner, stream_loans_at, pair);
     }
+    return loans;
+}
+
+/* runtime.launch._plan_loans (called with the ledger held). A new list. */
+static PyObject *
+plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
+{
+    return shared_or_new_loans(plan, plan_stream_loans, get(plan, plan_borrows), kernel, NULL,
+                               where, stream);
+}
+
+/* The Python ReplayBorrows.lend, called with the same arguments */
+static PyObject *
+slow_replay_lend(PyObject *borrows, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *call[4] = {borrows, NULL, NULL, NULL};
+    if (nargs > 3)
+        nargs = 3;  /* more arguments than the method takes: its TypeError names them */
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        call[i + 1] = args[i];
+    return PyObject_Vectorcall(SlowReplayLend, call, nargs + 1, NULL);
+}
+
+/* ReplayBorrows.lend(holder, where, stream): while the ownership epoch is that of the last
+ * checks, no argument can have moved, so only the loans are taken; else the Python method. */
+static PyObject *
+replay_lend(PyObject *borrows, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (Py_TYPE(borrows) != ReplayBorrowsType || nargs != 3)
+        return slow_replay_lend(borrows, args, nargs);
+    if (ledger_acquire() < 0)
+        return NULL;
+    int same = PyObject_RichCompareBool(get(borrows, rb_checked_epoch),
+                                        PyList_GET_ITEM(Epoch, 0), Py_EQ);
+    PyObject *loans = same > 0
+        ? shared_or_new_loans(borrows, rb_stream_loans, get(borrows, rb_borrows), NULL, args[0],
+                              args[1], args[2])
+        : NULL;
+    ledger_release();
+    if (same == 0)
+        return slow_replay_lend(borrows, args, nargs);
     return loans;
 }
 
@@ -1264,6 +1314,7 @@ setup(PyObject *module, PyObject *config)
         take_type(config, "PackedLaunch", &PackedType) ||
         take_type(config, "Tensor", &TensorType) ||
         take_type(config, "Partition", &PartitionType) ||
+        take_type(config, "ReplayBorrows", &ReplayBorrowsType) ||
         take(config, "DeviceOp", &DeviceOpType) || take(config, "epoch", &Epoch) ||
         take(config, "current", &CurrentLocal) || take(config, "drive", &DriveLocal) ||
         take(config, "thread", &ThreadLocal) || take(config, "holders", &Holders) ||
@@ -1278,6 +1329,7 @@ setup(PyObject *module, PyObject *config)
         take(config, "slow_synchronize", &SlowSynchronize) ||
         take(config, "ledger", &Ledger) ||
         take(config, "slow_chain_perform", &SlowChainPerform) ||
+        take(config, "slow_replay_lend", &SlowReplayLend) ||
         take(config, "context_switches", &ContextSwitches))
         return NULL;
     Py_XSETREF(LedgerAcquire, PyObject_GetAttrString(Ledger, "acquire"));
@@ -1333,6 +1385,8 @@ setup(PyObject *module, PyObject *config)
         {"index", &pk_index}, {"address", &pk_address}, {"programmatic", &pk_programmatic},
         {NULL, NULL}};
     const SlotName allocation[] = {{"loans", &alloc_loans}, {NULL, NULL}};
+    const SlotName replay_borrows[] = {{"borrows", &rb_borrows},
+        {"checked_epoch", &rb_checked_epoch}, {"stream_loans", &rb_stream_loans}, {NULL, NULL}};
     Py_ssize_t chain_run, chain_label, chain_device, chain_driven;
     const SlotName chain_base[] = {{"_run", &chain_run}, {"_label", &chain_label},
         {"device", &chain_device}, {"_driven_at", &chain_driven}, {NULL, NULL}};
@@ -1341,6 +1395,7 @@ setup(PyObject *module, PyObject *config)
         offsets((PyObject *)ChainType, chain) || offsets((PyObject *)StreamType, stream) ||
         offsets((PyObject *)PackedType, packed) ||
         offsets((PyObject *)AllocationType, allocation) ||
+        offsets((PyObject *)ReplayBorrowsType, replay_borrows) ||
         offsets((PyObject *)ChainType, chain_base))
         return NULL;
     /* both op classes share DeviceOp's slots (written through the LaunchOp offsets) */
@@ -1372,15 +1427,19 @@ static PyMethodDef stream_synchronize_def = {
     "synchronize", stream_synchronize, METH_NOARGS,
     "Wait for the stream's work, then end the loans registered before the wait."};
 
+static PyMethodDef replay_lend_def = {
+    "lend", (PyCFunction)(void (*)(void))replay_lend, METH_FASTCALL,
+    "Check the arguments and lend each distinct tensor once, for one replay on the stream."};
+
 static PyMethodDef *const installable[] = {&kernel_call_def, &launch_execute_def,
     &launch_sync_def, &launch_del_def, &chain_then_def, &chain_perform_def,
-    &stream_synchronize_def, NULL};
+    &stream_synchronize_def, &replay_lend_def, NULL};
 
 PyDoc_STRVAR(method_doc,
 "method(cls, name) -> descriptor\n\n"
 "The compiled version of the method `name` of `cls`, as a method descriptor to set on the\n"
-"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then/_perform and\n"
-"Stream.synchronize (setup() first).");
+"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then/_perform,\n"
+"Stream.synchronize and ReplayBorrows.lend (setup() first).");
 
 static PyObject *
 method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -64,7 +64,11 @@ class DeviceOp(Generic[T]):
 
     def sync(self) -> T:
         """Run the op (and everything it depends on) and wait for completion."""
-        return self.sync_on(next_stream(self.device))
+        return self.sync_on(self._default_stream())
+
+    def _default_stream(self) -> Stream:
+        """The stream ``sync()`` and ``await`` run the op on: the device's next pool stream."""
+        return next_stream(self.device)
 
     def sync_on(self, stream: Stream) -> T:
         """Run the op on ``stream`` and wait for that stream (which ends the borrows of the
@@ -93,7 +97,7 @@ class DeviceOp(Generic[T]):
         return self._run_async().__await__()
 
     async def _run_async(self) -> T:
-        stream = next_stream(self.device)
+        stream = self._default_stream()
         where = caller_location()  # the awaiting coroutine's line
         if stream.device.kind == "cuda":
             return await _await_on_loop(self, stream, where)
@@ -155,7 +159,7 @@ class DeviceOp(Generic[T]):
 
     def graph(self) -> "Any":
         """Capture this op into a replayable :class:`~tilesafe.exec.graph.CudaGraph`."""
-        return self.graph_on(next_stream(self.device))
+        return self.graph_on(self._default_stream())
 
     def graph_on(self, stream: Stream) -> "Any":
         from .graph import CudaGraph

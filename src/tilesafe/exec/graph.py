@@ -21,6 +21,7 @@ from typing import Any, Optional, Protocol
 
 from .._callsite import caller_location
 from ..errors import DeviceOpError
+from ..runtime import cuda
 from ..runtime.launch import ReplayBorrows
 from .deviceop import DeviceOp
 from .stream import Stream, next_stream
@@ -84,21 +85,21 @@ class CudaGraph:
         self.nodes.extend(nodes)
 
     def launch(self, stream: Optional[Stream] = None) -> DeviceOp[None]:
-        """A DeviceOp that replays the whole graph once (drive it: ``.sync()`` or await)."""
+        """A DeviceOp that replays the whole graph once. ``.sync()`` and ``await`` run it on
+        ``stream``, else on the stream the graph was recorded with, else on the device's pool;
+        a drive that names a stream (``sync_on``, a step of a pipeline) runs it there."""
         if not self._ready:
             raise DeviceOpError(f"{caller_location()}: the graph is not complete; launch it "
                                 "after its 'with' block")
+        return _GraphLaunch(self, stream)
 
-        def run(default_stream: Stream) -> None:
-            target = stream or self.stream or default_stream
-            if target.device.kind == "cuda" and self._capturable():
-                self._replay_captured(target)
-                return
-            for node in self.nodes:
-                node.replay(target)
-        device = self.stream.device if self.stream else (
-            self.nodes[0].device if self.nodes and hasattr(self.nodes[0], "device") else None)
-        return DeviceOp(run, f"graph of {len(self.nodes)} node(s)", device)
+    def _run_on(self, stream: Stream) -> None:
+        """Replay every node on ``stream`` (one CUDA graph launch when all can be captured)."""
+        if stream.device.kind == "cuda" and self._capturable():
+            self._replay_captured(stream)
+            return
+        for node in self.nodes:
+            node.replay(stream)
 
     def _capturable(self) -> bool:
         """Whether every node can be captured into one CUDA graph (computed once per node
@@ -129,15 +130,18 @@ class CudaGraph:
                               per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
             self._captured_nodes = self.nodes
         _, graph_exec, borrows, per_kernel, holder = self._captured
-        loans = borrows.lend(holder, self.nodes[0].where, stream)
-        cuda.launch_graph(graph_exec, stream.native_address)
-        stream.on_complete(loans, [], self.nodes[0].where)
+        where = self.nodes[0].where
+        loans = borrows.lend(holder, where, stream)
+        try:
+            cuda.launch_graph(graph_exec, stream.native_address)
+        finally:  # a failed launch's loans end at the drive's synchronize
+            stream.on_complete(loans, [], where)
         for kernel, count in per_kernel.items():
             kernel.launch_count += count
 
     def replay(self) -> None:
         """Replay once and wait: ``graph.launch().sync()``."""
-        self.launch().sync_on(self.stream or next_stream())
+        self.launch().sync()
 
     def update(self, *ops: DeviceOp) -> "Optional[CudaGraph]":
         """Replace the recorded work by work of the same shape (same kernels, argument kinds,
@@ -176,6 +180,42 @@ class CudaGraph:
     def __repr__(self) -> str:
         state = "ready" if self._ready else "recording" if self._recording else "empty"
         return f"<CudaGraph {len(self.nodes)} node(s), {state}>"
+
+
+class _GraphLaunch(DeviceOp[None]):
+    """One replay of a graph (what ``CudaGraph.launch`` returns)."""
+
+    __slots__ = ("_graph", "_stream")
+
+    def __init__(self, graph: CudaGraph, stream: Optional[Stream]):
+        self._run = self._label = self._driven_at = None
+        self._graph, self._stream = graph, stream
+        nodes = graph.nodes
+        self.device = stream.device if stream else graph.stream.device if graph.stream else (
+            nodes[0].device if nodes and hasattr(nodes[0], "device") else None)
+
+    @property
+    def label(self) -> str:
+        return f"graph of {len(self._graph.nodes)} node(s)"
+
+    def _default_stream(self) -> Stream:
+        return self._stream or self._graph.stream or next_stream(self.device)
+
+    def _perform(self, stream: Stream) -> None:
+        self._graph._run_on(stream)
+
+    def sync(self) -> None:
+        """Replay and wait. The direct path of a replay: it runs no nested ops, so no pipeline
+        state is needed."""
+        stream = self._default_stream()
+        if self._driven_at is not None:
+            return self.sync_on(stream)  # raises the error of a second drive
+        self._driven_at = ("driven", caller_location())
+        try:
+            self._graph._run_on(stream)
+        finally:
+            stream.synchronize()
+        return None
 
 
 class _Update(CudaGraph):

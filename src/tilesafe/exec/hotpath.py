@@ -8,7 +8,8 @@ the Python method they replace, before doing anything:
 * ``Kernel.__call__`` (a launch op from a cached plan);
 * ``LaunchOp._execute``, ``LaunchOp.sync`` and ``LaunchOp.__del__``;
 * ``_Chain.then`` and ``_Chain._perform`` (extending a chain, running it);
-* ``Stream.synchronize`` (waiting for a stream and ending the loans of its work).
+* ``Stream.synchronize`` (waiting for a stream and ending the loans of its work);
+* ``ReplayBorrows.lend`` (the loans of a graph replay whose arguments cannot have moved).
 
 (``tilesafe._callsite.caller_location`` is the C version of its frame walk from import on.)
 
@@ -39,6 +40,7 @@ _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (deviceop._Chain, "then", deviceop._Chain.__dict__["then"]),
     (deviceop._Chain, "_perform", deviceop._Chain.__dict__["_perform"]),
     (stream.Stream, "synchronize", stream.Stream.__dict__["synchronize"]),
+    (runtime_launch.ReplayBorrows, "lend", runtime_launch.ReplayBorrows.__dict__["lend"]),
 ]
 _state = {"in_use": False}
 
@@ -52,6 +54,7 @@ def _setup() -> None:
         "Allocation": allocation.Allocation, "Chain": deviceop._Chain,
         "Stream": stream.Stream, "PackedLaunch": cuda.PackedLaunch, "Tensor": Tensor,
         "Partition": Partition, "DeviceOp": deviceop.DeviceOp,
+        "ReplayBorrows": runtime_launch.ReplayBorrows,
         "epoch": allocation._EPOCH, "current": stream._CURRENT,
         "drive": deviceop._DRIVE, "thread": cuda._THREAD,
         "holders": runtime_launch._HOLDERS, "holder": runtime_launch._holder,
@@ -64,6 +67,7 @@ def _setup() -> None:
         "slow_then": python[deviceop._Chain, "then"],
         "slow_chain_perform": python[deviceop._Chain, "_perform"],
         "slow_synchronize": python[stream.Stream, "synchronize"],
+        "slow_replay_lend": python[runtime_launch.ReplayBorrows, "lend"],
         "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
         "context_switches": cuda._CONTEXT_SWITCHES,
     })

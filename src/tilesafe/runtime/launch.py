@@ -297,7 +297,7 @@ class ReplayBorrows:
     action an error names), and each distinct byte range once, mutable if any launch writes
     it. Views never change their footprint, so only the checks run per replay."""
 
-    __slots__ = ("usable", "borrows")
+    __slots__ = ("usable", "borrows", "checked_epoch", "stream_loans")
 
     def __init__(self, launches: Sequence[tuple[Any, Sequence[Any]]]):
         usable: dict[int, tuple[Any, str]] = {}
@@ -313,6 +313,8 @@ class ReplayBorrows:
                                                   mutable or (prev[3] if prev else False))
         self.usable = list(usable.values())
         self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
+        self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
+        self.stream_loans: tuple[Any, tuple] = (None, ())  # the last replay's stream, loans
 
     @property
     def ranges(self) -> list[tuple[Any, int, int, bool]]:
@@ -321,11 +323,31 @@ class ReplayBorrows:
 
     def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
         """Check that the arguments are still usable (not moved, not borrowed by other pending
-        work) and lend each distinct tensor once, for one replay on ``stream``."""
-        with LEDGER:
-            for item, action in self.usable:
-                item._check_usable(action)
-            return _take_loans(self.borrows, holder, where, stream)
+        work) and lend each distinct tensor once, for one replay on ``stream``. As with a
+        repeated launch (``_plan_loans``), the checks of moves are skipped while the ownership
+        epoch is that of the last checks, and a replay on the stream of a previous one whose
+        loans all still live shares them."""
+        LEDGER.acquire()
+        try:
+            if self.checked_epoch != _EPOCH[0]:
+                for item, action in self.usable:
+                    item._check_usable(action)
+                self.checked_epoch = _EPOCH[0]
+            last_stream, loans = self.stream_loans
+            if stream is not None and last_stream is stream and loans:
+                for loan in loans:
+                    if loan.count <= 0:
+                        break
+                else:
+                    for loan in loans:
+                        loan.count += 1
+                    return list(loans)
+            loans = _take_loans(self.borrows, holder, where, stream)
+            if stream is not None:
+                self.stream_loans = (stream, tuple(loans))
+            return loans
+        finally:
+            LEDGER.release()
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
