@@ -6,6 +6,7 @@ loans, errors and source lines."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -151,6 +152,32 @@ def test_a_chain_enqueues_every_launch_on_one_stream_and_waits_once(
         op = op.then(lambda args: add(*args))
     assert driver.launches == []
     z, x, y = op.sync()
+    assert len(driver.launches) == 10 and len({launch[2] for launch in driver.launches}) == 1
+    assert driver.waits == [driver.launches[0][2]]
+    assert x._alloc.loans == [] and y._alloc.loans == []
+    python_runs = {"compiled": 0, "python": 10}[launch_path]
+    assert python_steps == {"launch": python_runs, "_run_prepared": python_runs}
+
+
+def test_an_awaited_chain_enqueues_every_launch_from_the_loop_and_waits_once(
+        launch_path, driver, python_steps, monkeypatch):
+    monkeypatch.setitem(vars(cuda._DRIVER_CALLS), "query", lambda stream: 0)  # idle at once
+    z, x, y = _arguments()[0].sync()
+    driver.launches.clear(), driver.waits.clear()
+    python_steps.update(launch=0, _run_prepared=0)
+    threads = []
+
+    def step(args):
+        threads.append(threading.current_thread())
+        return add(*args)
+    op = add(z, x, y)
+    for _ in range(9):
+        op = op.then(step)
+
+    async def main():
+        return await op
+    z, x, y = asyncio.run(main())
+    assert threads == [threading.main_thread()] * 9
     assert len(driver.launches) == 10 and len({launch[2] for launch in driver.launches}) == 1
     assert driver.waits == [driver.launches[0][2]]
     assert x._alloc.loans == [] and y._alloc.loans == []

@@ -42,13 +42,13 @@ static PyObject *DriverCallsDict;    /* its instance __dict__, where its calls a
 static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
 static PyObject *ContextSwitches;    /* runtime.cuda._CONTEXT_SWITCHES, a one-item list */
 static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
-    *SlowChainPerform, *SlowReplayLend;
+    *SlowChainPerform, *SlowReplayLend, *SlowChainEnqueueWhile, *ChainRestType;
 static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
 
 /* interned names and constants */
 static PyObject *s_stream, *s_where, *s_index, *s_execute, *s_unsafe, *s_plans, *s_name, *s_launch,
     *s_launch_count, *s_run_prepared, *s_synchronize, *s_native_address, *s_kind,
-    *s_packed, *s_driven, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
+    *s_packed, *s_driven, *s_consume, *s_only_enqueues, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
     *s_fn_launch, *s_fn_launch_ex, *s_fn_sync;
 
 /* slot offsets */
@@ -947,15 +947,44 @@ context_switches(void)
     return PyLong_AsLong(PyList_GET_ITEM(ContextSwitches, 0));
 }
 
-/* _Chain._perform: the first op, then each step's function and the op it returns, all on
- * ``stream``. The drive's location is looked up once (a step that drives ops of its own puts
- * it back before it returns), and so is the thread's current context, again only after a
- * step or launch made another one current. */
-static PyObject *
-chain_perform(PyObject *chain, PyObject *stream)
+/* Whether running ``op`` on ``stream`` only enqueues device work (DeviceOp._only_enqueues;
+ * a result that is no DeviceOp passes through a chain): 1, 0, or -1 with an error set. A
+ * launch ready to enqueue is recognized here; other ops are asked. */
+static int
+only_enqueues(PyObject *op, PyObject *stream)
 {
-    if (Py_TYPE(chain) != ChainType || !PyList_Check(get(chain, chain_steps)))
-        return PyObject_CallFunctionObjArgs(SlowChainPerform, chain, stream, NULL);
+    if (Py_TYPE(op) == LaunchOpType) {
+        PyObject *early = get(op, op_early), *early_stream = get(op, op_early_stream);
+        if (Py_TYPE(early) != PreparedType || (early_stream != Py_None && early_stream != stream))
+            return 0;
+        PyObject *plan = get(early, pl_plan);
+        if (Py_TYPE(plan) != PlanType)
+            return 0;
+        PyObject *backend = get(plan, plan_backend);
+        if (!PyDict_Check(backend))
+            return 0;
+        return PyDict_Contains(backend, s_packed);
+    }
+    int pending = PyObject_IsInstance(op, DeviceOpType);
+    if (pending <= 0)
+        return pending < 0 ? -1 : 1;
+    PyObject *answer = PyObject_CallMethodOneArg(op, s_only_enqueues, stream);
+    if (answer == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return yes;
+}
+
+/* The steps of a chain on ``stream``, after its first op (whose result is ``first``). The
+ * drive's location is looked up once (a step that drives ops of its own puts it back before
+ * it returns), and so is the thread's current context, again only after a step or launch
+ * made another one current. With ``resume_at`` (not NULL), the steps stop at the first op
+ * that does more than enqueue, which is returned unrun with *resume_at set to the index of
+ * the step after it (-1: every step ran). */
+static PyObject *
+chain_steps_run(PyObject *chain, PyObject *stream, PyObject *first, Py_ssize_t *resume_at)
+{
     PyObject *where = local_get(DriveLocal, s_where);
     if (where == NULL)
         return NULL;
@@ -966,12 +995,13 @@ chain_perform(PyObject *chain, PyObject *stream)
         Py_DECREF(where);
         return NULL;
     }
-    PyObject *first = get(chain, chain_first);
     PyObject *result = Py_TYPE(first) == LaunchOpType
         ? execute_launch(first, stream, where, index)
         : PyObject_CallMethodOneArg(first, s_execute, stream);
     PyObject *steps = get(chain, chain_steps);
     Py_INCREF(steps);
+    if (resume_at != NULL)
+        *resume_at = -1;
     for (Py_ssize_t i = 0; result != NULL && i < PyList_GET_SIZE(steps); i++) {
         PyObject *fn = PyList_GET_ITEM(steps, i);
         Py_INCREF(fn);
@@ -989,6 +1019,17 @@ chain_perform(PyObject *chain, PyObject *stream)
                 break;
             }
         }
+        if (resume_at != NULL) {
+            int enqueues = only_enqueues(result, stream);
+            if (enqueues < 0) {
+                Py_CLEAR(result);
+                break;
+            }
+            if (!enqueues) {
+                *resume_at = i + 1;
+                break;
+            }
+        }
         if (Py_TYPE(result) == LaunchOpType) {
             Py_SETREF(result, execute_launch(result, stream, where, index));
         } else {
@@ -1003,6 +1044,54 @@ chain_perform(PyObject *chain, PyObject *stream)
     Py_XDECREF(index);
     Py_DECREF(where);
     return result;
+}
+
+/* _Chain._perform: the first op, then each step's function and the op it returns, all on
+ * ``stream``. */
+static PyObject *
+chain_perform(PyObject *chain, PyObject *stream)
+{
+    if (Py_TYPE(chain) != ChainType || !PyList_Check(get(chain, chain_steps)))
+        return PyObject_CallFunctionObjArgs(SlowChainPerform, chain, stream, NULL);
+    return chain_steps_run(chain, stream, get(chain, chain_first), NULL);
+}
+
+/* _Chain._enqueue_while_only_enqueueing: (True, result) when every step only enqueued, else
+ * (False, rest), rest being the chain itself (its first op does more) or a _ChainRest. */
+static PyObject *
+chain_enqueue_while(PyObject *chain, PyObject *stream)
+{
+    if (Py_TYPE(chain) != ChainType || !PyList_Check(get(chain, chain_steps)))
+        return PyObject_CallFunctionObjArgs(SlowChainEnqueueWhile, chain, stream, NULL);
+    PyObject *first = get(chain, chain_first);
+    int enqueues = only_enqueues(first, stream);
+    if (enqueues < 0)
+        return NULL;
+    if (!enqueues)
+        return PyTuple_Pack(2, Py_False, chain);
+    PyObject *consumed = PyObject_CallMethodOneArg(chain, s_consume, s_driven);
+    if (consumed == NULL)
+        return NULL;
+    Py_DECREF(consumed);
+    Py_ssize_t resume_at;
+    PyObject *result = chain_steps_run(chain, stream, first, &resume_at);
+    if (result == NULL)
+        return NULL;
+    if (resume_at < 0) {
+        PyObject *finished = PyTuple_Pack(2, Py_True, result);
+        Py_DECREF(result);
+        return finished;
+    }
+    PyObject *start = PyLong_FromSsize_t(resume_at);
+    PyObject *rest = start ? PyObject_CallFunctionObjArgs(ChainRestType, chain, result, start,
+                                                         NULL) : NULL;
+    Py_XDECREF(start);
+    Py_DECREF(result);
+    if (rest == NULL)
+        return NULL;
+    PyObject *unfinished = PyTuple_Pack(2, Py_False, rest);
+    Py_DECREF(rest);
+    return unfinished;
 }
 
 static PyObject *last_pool_device, *last_pool_key;  /* the pool key of the last device */
@@ -1300,6 +1389,7 @@ setup(PyObject *module, PyObject *config)
         intern(&s_run_prepared, "_run_prepared") || intern(&s_synchronize, "synchronize") ||
         intern(&s_native_address, "native_address") || intern(&s_kind, "kind") ||
         intern(&s_packed, "packed") || intern(&s_driven, "driven") ||
+        intern(&s_consume, "_consume") || intern(&s_only_enqueues, "_only_enqueues") ||
         intern(&s_then_how, "extended with .then()") || intern(&s_spend, "_spend") ||
         intern(&s_spend_why, "was borrowed by a launch that completed") ||
         intern(&s_cuda, "cuda") || intern(&s_unknown, "<unknown>") ||
@@ -1330,6 +1420,8 @@ setup(PyObject *module, PyObject *config)
         take(config, "ledger", &Ledger) ||
         take(config, "slow_chain_perform", &SlowChainPerform) ||
         take(config, "slow_replay_lend", &SlowReplayLend) ||
+        take(config, "slow_chain_enqueue_while", &SlowChainEnqueueWhile) ||
+        take(config, "ChainRest", &ChainRestType) ||
         take(config, "context_switches", &ContextSwitches))
         return NULL;
     Py_XSETREF(LedgerAcquire, PyObject_GetAttrString(Ledger, "acquire"));
@@ -1423,6 +1515,9 @@ static PyMethodDef chain_then_def = {
     "then", chain_then, METH_O, "Extend the chain with another step (see DeviceOp.then)."};
 static PyMethodDef chain_perform_def = {
     "_perform", chain_perform, METH_O, "Run the first op and every step on the stream."};
+static PyMethodDef chain_enqueue_while_def = {
+    "_enqueue_while_only_enqueueing", chain_enqueue_while, METH_O,
+    "Run the chain's steps while each only enqueues device work (see DeviceOp)."};
 static PyMethodDef stream_synchronize_def = {
     "synchronize", stream_synchronize, METH_NOARGS,
     "Wait for the stream's work, then end the loans registered before the wait."};
@@ -1433,12 +1528,13 @@ static PyMethodDef replay_lend_def = {
 
 static PyMethodDef *const installable[] = {&kernel_call_def, &launch_execute_def,
     &launch_sync_def, &launch_del_def, &chain_then_def, &chain_perform_def,
-    &stream_synchronize_def, &replay_lend_def, NULL};
+    &chain_enqueue_while_def, &stream_synchronize_def, &replay_lend_def, NULL};
 
 PyDoc_STRVAR(method_doc,
 "method(cls, name) -> descriptor\n\n"
 "The compiled version of the method `name` of `cls`, as a method descriptor to set on the\n"
-"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then/_perform,\n"
+"class. Known: Kernel.__call__, LaunchOp._execute/sync/__del__, _Chain.then/_perform/\n"
+"_enqueue_while_only_enqueueing, "
 "Stream.synchronize and ReplayBorrows.lend (setup() first).");
 
 static PyObject *

@@ -7,7 +7,8 @@ the Python method they replace, before doing anything:
 
 * ``Kernel.__call__`` (a launch op from a cached plan);
 * ``LaunchOp._execute``, ``LaunchOp.sync`` and ``LaunchOp.__del__``;
-* ``_Chain.then`` and ``_Chain._perform`` (extending a chain, running it);
+* ``_Chain.then``, ``_Chain._perform`` and ``_Chain._enqueue_while_only_enqueueing``
+  (extending a chain, running it, running it under ``await``);
 * ``Stream.synchronize`` (waiting for a stream and ending the loans of its work);
 * ``ReplayBorrows.lend`` (the loans of a graph replay whose arguments cannot have moved).
 
@@ -39,6 +40,8 @@ _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (launch.LaunchOp, "__del__", launch.LaunchOp.__dict__["__del__"]),
     (deviceop._Chain, "then", deviceop._Chain.__dict__["then"]),
     (deviceop._Chain, "_perform", deviceop._Chain.__dict__["_perform"]),
+    (deviceop._Chain, "_enqueue_while_only_enqueueing",
+     deviceop._Chain.__dict__["_enqueue_while_only_enqueueing"]),
     (stream.Stream, "synchronize", stream.Stream.__dict__["synchronize"]),
     (runtime_launch.ReplayBorrows, "lend", runtime_launch.ReplayBorrows.__dict__["lend"]),
 ]
@@ -68,6 +71,8 @@ def _setup() -> None:
         "slow_chain_perform": python[deviceop._Chain, "_perform"],
         "slow_synchronize": python[stream.Stream, "synchronize"],
         "slow_replay_lend": python[runtime_launch.ReplayBorrows, "lend"],
+        "slow_chain_enqueue_while": python[deviceop._Chain, "_enqueue_while_only_enqueueing"],
+        "ChainRest": deviceop._ChainRest,
         "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
         "context_switches": cuda._CONTEXT_SWITCHES,
     })
