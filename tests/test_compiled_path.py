@@ -278,6 +278,33 @@ def test_a_chain_step_that_makes_another_context_current_is_followed_by_a_switch
     assert made_current == [3, STAND_IN.index] and len(driver.launches) == 6
 
 
+def test_looking_up_a_device_leaves_the_thread_context_to_make_current(monkeypatch):
+    """Only make_current changes the thread's context, and it records the change: a lookup
+    that made another device current unrecorded would send the next launch on the recorded
+    device into the wrong context."""
+    made_current = []
+
+    class FakeDevice:
+        def __init__(self, index):
+            self.index = index
+            self.compute_capability = type("CC", (), {"major": 9, "minor": 0})
+
+        def set_current(self):
+            made_current.append(self.index)
+    monkeypatch.setattr(cuda, "_core", lambda: type("core", (), {"Device": FakeDevice}))
+    monkeypatch.setattr(cuda._THREAD, "index", 0, raising=False)
+    cuda.device.cache_clear()
+    try:
+        assert cuda.compute_capability(3) == (9, 0)
+        assert made_current == [] and cuda._THREAD.index == 0
+        switches = cuda._CONTEXT_SWITCHES[0]
+        cuda.make_current(3)
+        assert made_current == [3] and cuda._THREAD.index == 3
+        assert cuda._CONTEXT_SWITCHES[0] == switches + 1
+    finally:
+        cuda.device.cache_clear()
+
+
 def test_borrow_conflicts_on_a_cached_plan_are_reported_at_the_launch_line(launch_path, driver):
     z, x, y = _arguments()[0].sync()
     writer = add(ts.borrow_mut(x).partition(LENGTH), y, y)  # x lent exclusively, pending

@@ -44,10 +44,9 @@ def _check(result: Any, what: str) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def device(index: int) -> Any:
-    """The cuda.core Device ``index``, made current on first use."""
-    dev = _core().Device(index)
-    dev.set_current()
-    return dev
+    """The cuda.core Device ``index``. Looking it up leaves the thread's current context as
+    it is: only ``make_current`` changes it, and records the change."""
+    return _core().Device(index)
 
 
 def make_current(index: int) -> Any:
@@ -60,8 +59,6 @@ def make_current(index: int) -> Any:
 
 
 _CONTEXT_SWITCHES = [0]  # bumped by make_current: the compiled path re-reads _THREAD.index
-
-
 
 
 def compute_capability(index: int) -> tuple[int, int]:
