@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import _compiled
 from .._callsite import caller_location
 from ..errors import TilesafeError
 
@@ -269,9 +270,8 @@ class _BindingsLaunch:
 def _native_launch() -> Any:
     """The native launcher (``_launcher.c``) bound to the driver cuda.bindings loaded, or None
     when it was not built."""
-    try:
-        from . import _launcher  # type: ignore[attr-defined]
-    except ImportError:
+    _launcher = _compiled.built("tilesafe.runtime._launcher")
+    if _launcher is None:
         return None
     driver = _driver()
     legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
