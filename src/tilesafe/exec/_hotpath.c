@@ -417,11 +417,10 @@ holder_of(PyObject *kernel_name)
     return PyErr_Occurred() ? NULL : PyObject_CallOneArg(HolderFn, kernel_name);
 }
 
-/* The loans of a repeated launch or replay (runtime.launch._plan_loans and the end of
- * ReplayBorrows.lend; called with the ledger held): the loans kept in ``owner``'s slot at
- * ``stream_loans_at`` (a (stream, loans) pair) when they are of ``stream`` and all live, one
- * more use each; else new loans of ``borrows``, kept there. ``holder`` (borrowed) names the
- * work, or NULL: the holder of ``kernel``'s launches. A new list. */
+/* runtime.launch._shared_or_new_loans (called with the ledger held): the loans kept in
+ * ``owner``'s slot at ``stream_loans_at`` (a (stream, loans) pair) when they are of ``stream``
+ * and all live, one more use each; else new loans of ``borrows``, kept there. ``holder``
+ * (borrowed) names the work, or NULL: the holder of ``kernel``'s launches. A new list. */
 static PyObject *
 shared_or_new_loans(PyObject *owner, Py_ssize_t stream_loans_at, PyObject *borrows,
                     PyObject *kernel, PyObject *holder, PyObject *where, PyObject *stream)

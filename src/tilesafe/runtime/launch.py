@@ -155,11 +155,19 @@ def _holder(kernel_name: str) -> str:
 
 
 def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any) -> list[Loan]:
-    """The loans of a repeated launch. When the plan's previous launch on this same stream
-    still holds all its loans, the new launch shares them (one more use each) without checking
-    again: while those loans live, no conflicting loan can have been taken (work on other
-    streams and the host are refused by them), and the ownership epoch is unchanged."""
-    last_stream, loans = plan.stream_loans
+    """The loans of a repeated launch (see ``_shared_or_new_loans``; the ownership epoch is
+    that of the plan's validation)."""
+    return _shared_or_new_loans(plan, plan.borrows, _holder(kernel_name), where, stream)
+
+
+def _shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
+                         stream: Any) -> list[Loan]:
+    """The loans of repeated work whose last loans on a stream ``owner.stream_loans`` keeps.
+    When that work on this same stream still holds all its loans, the new work shares them
+    (one more use each) without checking again: while those loans live, no conflicting loan
+    can have been taken (work on other streams and the host are refused by them), and the
+    caller has seen the ownership epoch unchanged. Else new loans of ``borrows``."""
+    last_stream, loans = owner.stream_loans
     if stream is not None and last_stream is stream and loans:
         for loan in loans:
             if loan.count <= 0:
@@ -168,9 +176,9 @@ def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any
             for loan in loans:
                 loan.count += 1
             return list(loans)
-    loans = _take_loans(plan.borrows, _holder(kernel_name), where, stream)
+    loans = _take_loans(borrows, holder, where, stream)
     if stream is not None:
-        plan.stream_loans = (stream, tuple(loans))
+        owner.stream_loans = (stream, tuple(loans))
     return loans
 
 
@@ -324,28 +332,16 @@ class ReplayBorrows:
     def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
         """Check that the arguments are still usable (not moved, not borrowed by other pending
         work) and lend each distinct tensor once, for one replay on ``stream``. As with a
-        repeated launch (``_plan_loans``), the checks of moves are skipped while the ownership
-        epoch is that of the last checks, and a replay on the stream of a previous one whose
-        loans all still live shares them."""
+        repeated launch, the checks of moves are skipped while the ownership epoch is that of
+        the last checks, and a replay shares the live loans of a previous replay on the same
+        stream (``_shared_or_new_loans``)."""
         LEDGER.acquire()
         try:
             if self.checked_epoch != _EPOCH[0]:
                 for item, action in self.usable:
                     item._check_usable(action)
                 self.checked_epoch = _EPOCH[0]
-            last_stream, loans = self.stream_loans
-            if stream is not None and last_stream is stream and loans:
-                for loan in loans:
-                    if loan.count <= 0:
-                        break
-                else:
-                    for loan in loans:
-                        loan.count += 1
-                    return list(loans)
-            loans = _take_loans(self.borrows, holder, where, stream)
-            if stream is not None:
-                self.stream_loans = (stream, tuple(loans))
-            return loans
+            return _shared_or_new_loans(self, self.borrows, holder, where, stream)
         finally:
             LEDGER.release()
 
