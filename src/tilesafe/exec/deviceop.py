@@ -83,12 +83,14 @@ class DeviceOp(Generic[T]):
         finally:
             stream.synchronize()
 
-    def _enqueue(self, stream: Stream, where: Location) -> T:
-        """Run on ``stream`` without waiting for the device (see ``_drive``)."""
+    def _enqueue(self, stream: Stream, where: Location,
+                 run: Optional[Callable[[Stream], Any]] = None) -> Any:
+        """Run on ``stream`` without waiting for the device (see ``_drive``): ``_execute``, or
+        ``run`` in its place, as the pipeline of the user's call at ``where``."""
         saved = set_current_stream(stream)
         saved_where, _DRIVE.where = getattr(_DRIVE, "where", None), where
         try:
-            return self._execute(stream)
+            return (run or self._execute)(stream)
         finally:
             _DRIVE.where = saved_where
             set_current_stream(saved)
@@ -203,22 +205,18 @@ class _Chain(DeviceOp):
         return _Chain(self._first, self._steps)
 
     def _perform(self, stream: Stream) -> Any:
-        return _run_steps(self._steps, 0, self._first._execute(stream), stream)
+        return _run_steps(self._steps, 0, self._first._execute(stream), stream)[0]
 
     def _enqueue_while_only_enqueueing(self, stream: Stream) -> tuple[bool, Any]:
         first = self._first
         if not first._only_enqueues(stream):
             return False, self
         self._consume("driven")
-        result = first._execute(stream)
-        steps = self._steps
-        for index, fn in enumerate(steps):
-            result = fn(result)
-            if isinstance(result, DeviceOp):
-                if not result._only_enqueues(stream):
-                    return False, _ChainRest(self, result, index + 1)
-                result = result._execute(stream)
-        return True, result
+        result, resume_at = _run_steps(self._steps, 0, first._execute(stream), stream,
+                                       only_enqueueing=True)
+        if resume_at is None:
+            return True, result
+        return False, _ChainRest(self, result, resume_at)
 
 
 class _ChainRest(DeviceOp):
@@ -236,16 +234,22 @@ class _ChainRest(DeviceOp):
         return self._chain.label
 
     def _perform(self, stream: Stream) -> Any:
-        return _run_steps(self._chain._steps, self._start, self._op._execute(stream), stream)
+        return _run_steps(self._chain._steps, self._start, self._op._execute(stream),
+                          stream)[0]
 
 
-def _run_steps(steps: list, start: int, result: Any, stream: Stream) -> Any:
-    """Run a chain's steps from ``start`` on, the first given ``result``, on ``stream``."""
+def _run_steps(steps: list, start: int, result: Any, stream: Stream,
+               only_enqueueing: bool = False) -> tuple[Any, Optional[int]]:
+    """Run a chain's steps from ``start`` on, the first given ``result``, on ``stream``:
+    ``(result, None)``. With ``only_enqueueing``, stop at the first op a step returns that
+    does more than enqueue: ``(that op, unrun, the index of the step after it)``."""
     for index in range(start, len(steps)):
         result = steps[index](result)
         if isinstance(result, DeviceOp):
+            if only_enqueueing and not result._only_enqueues(stream):
+                return result, index + 1
             result = result._execute(stream)
-    return result
+    return result, None
 
 
 SPIN_SECONDS = 50e-6  # how long an await polls its stream before handing the wait to a thread
@@ -259,16 +263,11 @@ async def _await_on_loop(op: DeviceOp[T], stream: Stream, where: Location) -> T:
     coroutines. The rest of an op (a launch that must compile first, an allocation, a host
     step) runs on a waiter thread. The loans end once the work is known complete, as with
     ``sync``."""
-    saved = set_current_stream(stream)
-    saved_where, _DRIVE.where = getattr(_DRIVE, "where", None), where
     try:
-        finished, value = op._enqueue_while_only_enqueueing(stream)
+        finished, value = op._enqueue(stream, where, op._enqueue_while_only_enqueueing)
     except BaseException:
         stream.synchronize()
         raise
-    finally:
-        _DRIVE.where = saved_where
-        set_current_stream(saved)
     loop = asyncio.get_running_loop()
     if not finished:  # the rest follows what was enqueued, on the same stream
         return await loop.run_in_executor(_waiters(), value._drive, stream, where)

@@ -4,7 +4,8 @@ From the repository root: python benchmarks/results/h100-2026-11-24/probes/noop_
 [loop SECONDS]."""
 import ctypes, subprocess, sys, tempfile, time, statistics
 from pathlib import Path
-exec(Path(__file__).with_name("hostprof.py").read_text().split("def chain(")[0])
+# the stand-in setup, tensors and the timed loops (chain, chained, per_op, t) of hostprof.py
+exec(Path(__file__).with_name("hostprof.py").read_text().split("which = sys.argv")[0])
 from tilesafe.runtime import _launcher
 built = Path(tempfile.mkdtemp()) / "zero.so"
 subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-x", "c", "-", "-o", str(built)],
@@ -14,22 +15,6 @@ addr = ctypes.cast(zero, ctypes.c_void_p).value
 _launcher.bind(addr, addr, addr, addr, addr)
 _launcher.poll(0)
 calls["launch"], calls["synchronize"], calls["query"] = _launcher.launch, _launcher.synchronize, _launcher.query
-def chain(n, z, x, y):
-    op = add(z, x, y)
-    for _ in range(n - 1):
-        op = op.then(lambda args: add(*args))
-    return op
-def chained(n):
-    chain(n, z, x, y).sync()
-def per_op(n):
-    global z, x, y
-    for _ in range(n):
-        z, x, y = add(z, x, y).sync()
-def t(fn, n, reps=15):
-    fn(n); s = []
-    for _ in range(reps):
-        a = time.perf_counter(); fn(n); s.append(time.perf_counter() - a)
-    return min(s) / n * 1e6, statistics.median(s) / n * 1e6
 print("chained %.3f/%.3f" % t(chained, 1000), "per-op %.3f/%.3f" % t(per_op, 1000))
 if "loop" in sys.argv:
     end = time.time() + float(sys.argv[-1])
