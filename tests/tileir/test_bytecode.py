@@ -21,10 +21,10 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from tilesafe.backends.tileir._encoding import (
+from tilesafe.backends.tileir.bytecode._encoding import (
     ByteWriter, SectionId, append_section, encode_offset_table, encode_signed_varint, encode_varint,
 )
-from tilesafe.backends.tileir.attributes import (
+from tilesafe.backends.tileir.bytecode.attributes import (
     FloatAttr, IntegerAttr, encode_attribute, encode_hints,
 )
 from tilesafe.backends.tileir.bytecode import (
@@ -33,8 +33,8 @@ from tilesafe.backends.tileir.bytecode import (
     MemoryScope, ModuleBuilder, PaddingValue, PartitionViewType, PointerType, RoundingMode,
     SameElements, Signedness, SourceLocation, TensorViewType, TileType, Value,
 )
-from tilesafe.backends.tileir.constants import dense_buffer
-from tilesafe.backends.tileir.types import encode_type
+from tilesafe.backends.tileir.bytecode.constants import dense_buffer
+from tilesafe.backends.tileir.bytecode.types import encode_type
 
 SIGNED = Signedness.SIGNED
 PTR_F32 = TileType(PointerType(F32))

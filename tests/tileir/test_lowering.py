@@ -21,11 +21,11 @@ import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe import dtypes as tsd
 from tilesafe.backends.tileir import tileiras as driver
-from tilesafe.backends.tileir import types as tir
-from tilesafe.backends.tileir._lower_context import LoweringContext, TensorArg, scalar_type
-from tilesafe.backends.tileir.enums import (
+from tilesafe.backends.tileir.bytecode import (
     ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness)
-from tilesafe.backends.tileir.lower import (AbiArg, abi_signature, lower_kernel, normalize_facts,
+from tilesafe.backends.tileir.bytecode import types as tir
+from tilesafe.backends.tileir.lower import (AbiArg, LoweringContext, TensorArg, abi_signature,
+                                           lower_kernel, normalize_facts, scalar_type,
                                            waits_for_predecessor)
 from tilesafe.compiler import registry
 from tilesafe.compiler.ir import Operation, Value as IRValue

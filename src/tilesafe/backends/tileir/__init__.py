@@ -1,1 +1,11 @@
-"""The NVIDIA Tile IR backend: writes kernels as Tile IR bytecode for ``tileiras``."""
+"""The NVIDIA Tile IR backend: writes kernels as Tile IR bytecode for ``tileiras``.
+
+Three layers, each building on the ones before it and never on those after it:
+
+* ``bytecode``: the standalone encoder of the Tile IR bytecode format (nothing of tilesafe);
+* ``lower``: the lowering of tilesafe's typed IR to bytecode modules (the kernel ABI, the
+  entry prelude and one lowering per op);
+* the driver and toolchain modules here: ``tileiras`` (the assembler), ``cache`` (cubins on
+  disk), ``jit`` (IR to a loaded executable), ``executable`` (loading and argument packing)
+  and ``facts`` (what the launcher knows about the arguments).
+"""

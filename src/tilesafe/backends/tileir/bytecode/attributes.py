@@ -4,6 +4,9 @@ A tagged attribute is a varint tag followed by its payload. They appear as ``ass
 predicates, as ``reduce``/``scan`` identities, inside optimization-hint dictionaries and as the
 kernel-level ``OptimizationHints`` attribute of an entry. This module also checks hint
 dictionaries against the keys and ranges Tile IR accepts.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

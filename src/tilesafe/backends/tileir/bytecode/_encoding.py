@@ -4,6 +4,9 @@ This module owns the primitive encodings (LEB128 varints, zigzag varints, little
 integers, counted lists), the "offset table" layout shared by the string, type and constant
 sections, section framing with 0xCB alignment padding measured from the start of the file, and
 the file header and end marker. It knows nothing about types or operations.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

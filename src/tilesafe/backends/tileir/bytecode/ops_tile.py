@@ -1,5 +1,9 @@
 """Whole-tile operations: constants, shape manipulation, matrix multiply-accumulate, ``assume``
-and the tile-grid queries (block id, number of blocks)."""
+and the tile-grid queries (block id, number of blocks).
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
+"""
 
 from __future__ import annotations
 

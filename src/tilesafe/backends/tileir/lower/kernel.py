@@ -2,10 +2,12 @@
 
 :func:`lower_kernel` writes one module with one entry function named after the kernel (the
 cubin symbol). Each IR op is lowered by the function registered on its registry declaration
-(``registry.OPS[name].lowerings["tileir"]``, filled by ``lower_arith``, ``lower_tile``,
-``lower_memory`` and ``lower_control``); an op without one is a CompileError naming the op and
+(``registry.OPS[name].lowerings["tileir"]``, filled by the sibling modules ``arith``,
+``tile``, ``memory`` and ``control``); an op without one is a CompileError naming the op and
 its source line. This module owns the kernel ABI, the entry prelude (parameters, ``assume``
-facts, views, the token) and the public API; it must not lower individual ops.
+facts, views, the token) and the public API; it must not lower individual ops, and like the
+rest of the ``lower`` package it must not import the runtime, ``tilesafe.exec`` or the driver
+modules of ``backends.tileir``.
 
 Kernel ABI (what the launcher packs, in this order; :func:`abi_signature` lists it)
 ------------------------------------------------------------------------------------
@@ -26,7 +28,8 @@ IR param kind   entry parameters
 
 ``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
 (the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
-tile-block count, the block (1, 1, 1), dynamic shared memory 0 (DESIGN.md section 4).
+tile-block count, the block (1, 1, 1) and dynamic shared memory 0: the launcher
+(``runtime.cuda``) launches every kernel with that configuration.
 
 Token scheme
 ------------
@@ -36,7 +39,8 @@ wait described below), and each access takes the current token
 and yields the next, so every such access is ordered after the previous one. Through ``for``
 the token is the last loop-carried value, through ``if`` the last result (only where the
 region accesses mutable memory). Loads from shared inputs (``load_tile_like``, partitions of a
-``tc.Tensor``) take no token: they are free to reorder (the paper's ``&``/``&mut`` distinction).
+``tc.Tensor``) take no token: they are free to reorder (shared reads versus exclusive
+writes, like Rust's ``&`` and ``&mut`` references).
 
 Grid dependency (programmatic dependent launch)
 -----------------------------------------------
@@ -72,19 +76,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
-from ...compiler.ir import KernelIR, KernelParam
-from ...compiler.types import MappedPartitionType, TensorViewType
-from ...dtypes import DType
-from ...errors import CompileError
-from . import lower_arith, lower_control, lower_memory, lower_tile  # noqa: F401 (registration)
-from ._builder_core import Value
-from ._lower_context import PADDING, LoweringContext, TensorArg, memory_type, scalar_type
-from ._lower_context import source_location
-from .attributes import Bounded, DivBy
-from .bytecode import ModuleBuilder
-from .enums import ComparisonPredicate, Signedness
-from .lower_memory import view_requests
-from .types import I8, I32, PointerType, TileType
+from ....compiler.ir import KernelIR, KernelParam
+from ....compiler.types import MappedPartitionType, TensorViewType
+from ....dtypes import DType
+from ....errors import CompileError
+from ..bytecode import (I8, I32, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
+                        Signedness, TileType, Value)
+from .context import PADDING, LoweringContext, TensorArg, memory_type, scalar_type
+from .context import source_location
+from .memory import view_requests
 
 __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
            "Facts"]

@@ -23,6 +23,10 @@ Example (vector add through views, one tile of 1024 floats per tile block)::
     fn.store_view_tko(fn.addf(*tiles), out, [block_x], token=token)
     fn.return_()
     data = module.to_bytes()
+
+The ``bytecode`` package re-exports this module's public names (``__all__``). Like the
+rest of that package it imports only its sibling modules and the standard library,
+nothing else of tilesafe.
 """
 
 from __future__ import annotations

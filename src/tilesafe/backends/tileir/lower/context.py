@@ -6,7 +6,10 @@ memory token of the mutable-access chain, and offers the small numeric helpers t
 share (constants, dtype -> Tile IR type, computing 16-bit floats in f32). It also holds the
 :func:`lowers` decorator that registers a lowering on the op's registry declaration.
 
-Nothing here knows about any particular op; the op lowerings live in ``lower_*.py``.
+Nothing here knows about any particular op; the op lowerings live in the sibling modules
+``arith``, ``tile``, ``memory`` and ``control``. It builds on the ``bytecode`` package,
+``tilesafe.compiler``, ``tilesafe.dtypes`` and ``tilesafe.errors`` only: never the runtime,
+``tilesafe.exec`` or the driver modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
@@ -16,18 +19,16 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from ... import dtypes as dt
-from ...compiler import registry
-from ...compiler.ir import Block, KernelIR, Operation
-from ...compiler.ir import Value as IRValue
-from ...compiler.types import (MappedPartitionType, PointerType as IRPointerType, TensorViewType,
+from .... import dtypes as dt
+from ....compiler import registry
+from ....compiler.ir import Block, KernelIR, Operation
+from ....compiler.ir import Value as IRValue
+from ....compiler.types import (MappedPartitionType, PointerType as IRPointerType, TensorViewType,
                                TileType as IRTileType)
-from ...dtypes import DType
-from ...errors import CompileError
-from ._builder_core import Value
-from .bytecode import FunctionBuilder, ModuleBuilder, SourceLocation
-from .enums import PaddingValue, Signedness
-from .types import BF16, F16, F32, F64, I1, I8, I16, I32, I64, ScalarType, TileType
+from ....dtypes import DType
+from ....errors import CompileError
+from ..bytecode import (BF16, F16, F32, F64, I1, I8, I16, I32, I64, FunctionBuilder, ModuleBuilder,
+                        PaddingValue, ScalarType, Signedness, SourceLocation, TileType, Value)
 
 __all__ = ["LoweringContext", "TensorArg", "PartitionArg", "lowers", "scalar_type",
            "memory_type", "tile_type", "LowerFn"]

@@ -3,6 +3,9 @@ and numeric conversions.
 
 Every method checks its operand types, infers the result type (same as the operands, an ``i1``
 tile for comparisons, the requested element type for conversions) and returns the result.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

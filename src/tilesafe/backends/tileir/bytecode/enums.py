@@ -1,4 +1,8 @@
-"""Enumerations whose numeric values appear in Tile IR bytecode (op attributes and view types)."""
+"""Enumerations whose numeric values appear in Tile IR bytecode (op attributes and view types).
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ interpreter accumulates in float64, so float results agree within a tolerance, n
 bit); f32 and f64 reduce in their own precision. Scans (cumsum/cumprod, optionally reversed)
 follow the same rules. ``mma`` is ``mmaf`` for floats and ``mmai`` for i8/u8 with each
 operand's signedness.
+
+Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
+package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
+``tilesafe.exec`` or the driver modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
@@ -17,14 +21,12 @@ import math
 
 import numpy as np
 
-from ... import dtypes as dt
-from ...compiler.ir import Operation
-from ...dtypes import DType
-from ._builder_core import Value
-from ._lower_context import HALF_FLOATS, LoweringContext, lowers, scalar_type
-from ._lower_context import signedness as _sign
-from .attributes import FloatAttr, IntegerAttr
-from .types import F32
+from .... import dtypes as dt
+from ....compiler.ir import Operation
+from ....dtypes import DType
+from ..bytecode import F32, FloatAttr, IntegerAttr, Value
+from .context import HALF_FLOATS, LoweringContext, lowers, scalar_type
+from .context import signedness as _sign
 
 __all__: list[str] = []
 

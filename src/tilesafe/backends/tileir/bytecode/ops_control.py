@@ -5,6 +5,9 @@ operations ``assert`` and ``print_tko``.
 Region bodies are callbacks: they receive the block arguments as :class:`Value` s, emit the
 body's operations on the same builder and must end with the matching terminator. The results of
 the region-holding op are returned once its regions are closed.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

@@ -9,18 +9,21 @@ so the token live before the op stays current after it.
 ``for`` bounds of 8/16-bit integer types are widened to i32 (the induction variable is
 truncated back inside the body); unsigned bounds compare unsigned. The IR's loops always count
 upward (range steps are positive; mapped loops step by ``num_tile_blocks``).
+
+Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
+package, ``context`` and ``tilesafe.compiler``/``dtypes``/``errors``, never the runtime,
+``tilesafe.exec`` or the driver modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ...compiler.ir import Block, Operation
-from ...compiler.types import TileType as IRTileType
-from ...errors import CompileError
-from ._builder_core import Value
-from ._lower_context import LoweringContext, lowers, scalar_type, signedness, tile_type
-from .types import I32, TOKEN
+from ....compiler.ir import Block, Operation
+from ....compiler.types import TileType as IRTileType
+from ....errors import CompileError
+from ..bytecode import I32, TOKEN, Value
+from .context import LoweringContext, lowers, scalar_type, signedness, tile_type
 
 __all__: list[str] = []
 

@@ -4,6 +4,9 @@ A function with debug info gets a file, a compile unit and a subprogram whose li
 the function's name; the function and each of its operations then refer to a location (line,
 column) scoped to that subprogram. Debug-attribute ids are 1-based (0 means "unknown location")
 and every attribute only refers to attributes registered before it.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Also owns the list of bytecode versions this encoder can write and the version-gate check used
 before any version-dependent field is written.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

@@ -19,17 +19,20 @@ Each lowering reproduces the op's numpy semantics:
 * ``convert``: float -> int truncates toward zero (``ftoi``), int -> float rounds to nearest
   even (``itof``), ints widen with the source's signedness and narrow by truncation, anything
   -> bool is ``!= 0``, bool -> number is 0/1.
+
+Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
+package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
+``tilesafe.exec`` or the driver modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
 
-from ... import dtypes as dt
-from ...compiler.ir import Operation
-from ...dtypes import DType
-from ._builder_core import Value
-from ._lower_context import HALF_FLOATS, LoweringContext, lowers, scalar_type
-from ._lower_context import signedness as _sign
-from .enums import ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness
+from .... import dtypes as dt
+from ....compiler.ir import Operation
+from ....dtypes import DType
+from ..bytecode import ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness, Value
+from .context import HALF_FLOATS, LoweringContext, lowers, scalar_type
+from .context import signedness as _sign
 
 __all__: list[str] = []
 

@@ -4,6 +4,9 @@ Types are plain frozen dataclasses that compare by value, so they can be built a
 interned by a module. :func:`encode_type` writes the Type-section item of one type; it asks a
 callback for the table index of every type it refers to, which lets the module register
 dependencies before the type that uses them.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

@@ -13,24 +13,26 @@ Ordering: accesses through mutable views (``mut_load``/``mut_store``, ``mapped_l
 next one; shared loads (``load_like``, ``partition_load``) take no token.
 
 Bool tensors are bytes in memory (0/1): loads compare the byte with 0, stores write 0 or 1.
+
+Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
+package, ``context``, ``arith`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
+``tilesafe.exec`` or the driver modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ... import dtypes as dt
-from ...compiler.ir import Operation
-from ...compiler.ir import Value as IRValue
-from ...compiler.ops.memory import tile_grid
-from ...compiler.types import MappedPartitionType
-from ...dtypes import DType
-from ._builder_core import Value
-from ._lower_context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
-                             signedness)
-from .enums import RoundingMode, Signedness
-from .lower_arith import convert
-from .types import I32, I64, TileType
+from .... import dtypes as dt
+from ....compiler.ir import Operation
+from ....compiler.ir import Value as IRValue
+from ....compiler.ops.memory import tile_grid
+from ....compiler.types import MappedPartitionType
+from ....dtypes import DType
+from ..bytecode import I32, I64, RoundingMode, Signedness, TileType, Value
+from .arith import convert
+from .context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
+                      signedness)
 
 __all__ = ["view_requests"]
 

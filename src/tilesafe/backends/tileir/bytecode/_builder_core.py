@@ -6,6 +6,9 @@ block closes; a region-holding op's results are numbered after its regions), val
 the generic op-record writer (opcode, results, flags, attributes, operands, regions), terminator
 rules and the per-op source-location references of the Debug section (pre-order). Nothing is
 committed to a block until an op record is complete, so an error leaves the builder usable.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

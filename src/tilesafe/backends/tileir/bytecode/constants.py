@@ -3,6 +3,9 @@
 Integers are stored masked to their width (two's complement); floats as IEEE bit patterns.
 ``bf16`` and ``tf32`` values are rounded to nearest-even from float32. 8-bit and 4-bit float
 formats and ``i4`` have no conversion here and are rejected.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules, numpy and the
+standard library, nothing else of tilesafe.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Memory operations: tensor and partition views, view and pointer loads/stores with optional
-tokens and per-op hints, atomics, pointer arithmetic, tokens and module globals."""
+tokens and per-op hints, atomics, pointer arithmetic, tokens and module globals.
+
+Part of the standalone ``bytecode`` package: it imports only its sibling modules and the
+standard library, nothing else of tilesafe.
+"""
 
 from __future__ import annotations
 
