@@ -135,10 +135,10 @@ def _driver_floor(z, x, y, results_at_1000: dict) -> list:
     enqueues) called in a bare loop, with one synchronize at the end and with one after each
     launch, through the compiled launcher (when built) and through cuda.bindings. The
     difference to the modes is tilesafe's host work per launch."""
-    from tilesafe.exec.stream import next_stream
-    from tilesafe.runtime import cuda
+    from tilesafe.driver.stream import next_stream
+    from tilesafe.driver import cuda
     add(z, x, y).sync()
-    packed = next(p.backend["packed"] for p in add._plans.values() if "packed" in p.backend)
+    packed = next(p.bound for p in add._plans.values() if p.bound is not None)
     stream = next_stream(x.device)
     handle, n = stream.native_address, SIZES[-1]
 
@@ -161,7 +161,7 @@ def _driver_floor(z, x, y, results_at_1000: dict) -> list:
         print(f"driver floor at N={n} via {via}: bare launches "
               f"{floors['chained_sync']:.3f} us/op, launch+sync {floors['per_op_sync']:.3f} us/op")
         if native:  # the native wait polls the stream before blocking: the same without it
-            from tilesafe.runtime import _launcher
+            from tilesafe.driver import _launcher
             polled = _launcher.poll(0)
             blocking = _time(per_op, 3) / n * 1e6
             _launcher.poll(polled)
@@ -182,7 +182,7 @@ def _graph_launch_order(z, x, y) -> list:
     n = SIZES[-1]
     torch_stream = torch.cuda.Stream()
     stream = ts.Stream.wrap(torch_stream, device=x.device)
-    packed = next(p.backend["packed"] for p in add._plans.values() if "packed" in p.backend)
+    packed = next(p.bound for p in add._plans.values() if p.bound is not None)
     runs = {}
     for name, programmatic in (("programmatic", True), ("serialized", False)):
         packed.programmatic = programmatic  # read when the graph is captured (first replay)

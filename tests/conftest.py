@@ -53,7 +53,7 @@ def wrap(v: int, dtype) -> int:
 def launch_path(request):
     """Runs a test on the compiled launch path (exec/_hotpath.c) and on its Python definition;
     the compiled variant is skipped where the extension was not built."""
-    from tilesafe.exec import hotpath
+    from tilesafe.launch import hotpath
     compiled = request.param == "compiled"
     if compiled and not hotpath.compiled_path_built():
         pytest.skip("the compiled launch path was not built (no C compiler at install)")
@@ -73,7 +73,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """tests/gpu runs only where a CUDA device and tileiras are usable; interpreter_only tests
     run only when the default device is the cpu."""
-    from tilesafe.runtime.device import default_device, probe_gpu
+    from tilesafe.driver.device import default_device, probe_gpu
     probe = probe_gpu()
     gpu_usable = probe.available and probe.compiles
     on_gpu = default_device().kind != "cpu"

@@ -30,7 +30,7 @@ def test_python_dash_m_entry_point():
 def test_default_device_needs_a_gpu_that_can_compile(monkeypatch):
     """cuda:0 is the default only when a GPU is present and tileiras is usable; a GPU without
     the assembler keeps the interpreter as the default."""
-    from tilesafe.runtime import device
+    from tilesafe.driver import device
     monkeypatch.delenv("TILESAFE_DEVICE", raising=False)
     for compiles, expected in ((False, "cpu"), (True, "cuda:0")):
         probe = device.GpuProbe(True, ("cuda:0",), "1 CUDA device(s)", compiles=compiles)

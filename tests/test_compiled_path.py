@@ -20,10 +20,10 @@ import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe import _callsite
 from tilesafe.errors import BorrowError, DeviceOpError, MovedError
-from tilesafe.exec import hotpath
-from tilesafe.exec import stream as streams
-from tilesafe.runtime import cuda
-from tilesafe.runtime.device import Device
+from tilesafe.launch import hotpath
+from tilesafe.driver import stream as streams
+from tilesafe.driver import cuda
+from tilesafe.driver.device import Device
 
 from conftest import marker_line
 
@@ -115,7 +115,7 @@ def _arguments(kernel=add):
     x = _on_stand_in(np.ones(LENGTH, np.float16))
     y = _on_stand_in(np.ones(LENGTH, np.float16))
     first = kernel(z, x, y)
-    first._early.plan.backend["packed"] = _packed(first._early.grid)
+    first._early.plan.bound = _packed(first._early.grid)
     return first, x, y
 
 
@@ -319,7 +319,7 @@ def test_borrow_conflicts_on_a_cached_plan_are_reported_at_the_launch_line(launc
 def captured_graphs(monkeypatch, driver):
     """Graph capture and launch stand in too: capturing records nothing, the executable graph
     is a made-up handle, and each graph launch is recorded in ``driver.graph_launches``."""
-    from tilesafe.exec.launch import KernelNode
+    from tilesafe.launch.op import KernelNode
 
     class Executable:
         handle = 0x6000
@@ -363,7 +363,7 @@ def test_graph_replays_borrow_once_each_share_loans_on_one_stream_and_see_moves(
 def test_the_compiled_and_python_callsite_walks_agree():
     if not hotpath.compiled_path_built():
         pytest.skip("the compiled launch path was not built")
-    from tilesafe.exec import _hotpath
+    from tilesafe.launch import _hotpath
     here = [_callsite._python_caller_location(), _hotpath.caller_location()]  # <- both here
     line = marker_line(__file__, "both here")
     assert [(w.file, w.line) for w in here] == [(__file__, line)] * 2
@@ -392,8 +392,8 @@ def test_the_environment_switch_keeps_the_python_path_from_import():
     code = textwrap.dedent("""
         import tilesafe
         from tilesafe import _callsite
-        from tilesafe.exec import hotpath
-        from tilesafe.runtime import allocation
+        from tilesafe.launch import hotpath
+        from tilesafe.driver import ledger as allocation
         print(hotpath.compiled_path_in_use(),
               _callsite.caller_location is _callsite._python_caller_location,
               type(allocation.LEDGER).__module__)
@@ -406,7 +406,7 @@ def test_the_environment_switch_keeps_the_python_path_from_import():
 
 def _ledger_type():
     try:
-        from tilesafe.runtime import _ledger
+        from tilesafe.driver import _ledger
     except ImportError:
         pytest.skip("the ledger's C lock was not built (no C compiler at install)")
     return _ledger.Ledger
@@ -484,7 +484,7 @@ def test_the_ledger_lock_excludes_other_threads_across_gil_switches():
 def test_the_ledger_is_the_c_lock_wherever_it_was_built():
     if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
         pytest.skip("TILESAFE_COMPILED_PATH=0 keeps threading.RLock")
-    from tilesafe.runtime import allocation
+    from tilesafe.driver import ledger as allocation
     assert type(allocation.LEDGER) is _ledger_type()
 
 
@@ -493,5 +493,5 @@ def test_the_compiled_path_is_built_wherever_a_c_compiler_is():
     if not _can_build_extensions():
         pytest.skip("no C compiler or Python headers: those methods run as Python")
     assert hotpath.compiled_path_built(), (
-        "a C compiler is present but tilesafe.exec._hotpath was not built: reinstall with "
+        "a C compiler is present but tilesafe.launch._hotpath was not built: reinstall with "
         "pip install -e . and read the build output")

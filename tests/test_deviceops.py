@@ -125,13 +125,12 @@ def test_borrows_hold_while_an_awaited_op_is_pending():
 def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monkeypatch):
     """The enqueue-on-the-loop path of ``await`` (taken on cuda for launches that need no
     compiling), driven with a cpu stream and a stand-in for the driver's stream query."""
-    from tilesafe.exec import deviceop
-    from tilesafe.runtime import cuda
-    monkeypatch.setattr(ts.Stream, "native_address", 0)
+    from tilesafe.deviceops import awaiting
+    from tilesafe.driver.platform import HostPlatform
     for idle_after, waited_on_a_thread in ((3, False), (None, True)):
         queries, threads = [], []
-        monkeypatch.setattr(cuda, "is_idle", lambda handle: queries.append(handle) or (
-            idle_after is not None and len(queries) > idle_after))
+        monkeypatch.setattr(HostPlatform, "is_idle", lambda self, stream: queries.append(
+            stream) or (idle_after is not None and len(queries) > idle_after))
         stream, go_on = ts.Stream("cpu"), threading.Event()
         sync = stream.synchronize
 
@@ -143,10 +142,10 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
         monkeypatch.setattr(stream, "synchronize", synchronize)
         t, x = ts.zeros(64, device="cpu").sync(), _cpu_ones()
         op = axpy(ts.borrow_mut(t).partition(16), x, 1.0)
-        op._early.plan.backend["packed"] = object()  # ready to enqueue
+        _ready_to_enqueue(op)  # ready to enqueue
 
         async def main():
-            task = asyncio.ensure_future(deviceop._await_on_loop(op, stream, None))
+            task = asyncio.ensure_future(awaiting.await_on_loop(op, stream, None))
             await asyncio.sleep(0)  # the op is enqueued; its loans last until the wait ends
             if waited_on_a_thread:
                 with pytest.raises(BorrowError):
@@ -163,11 +162,17 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
             assert len(queries) == idle_after + 1
 
 
+def _ready_to_enqueue(op):
+    """Make a cpu launch's plan look like a GPU launch's after its first run: its backend
+    launch is bound, and running it only enqueues device work."""
+    op._kernel._bound(op._early).enqueues_only = True
+
+
 def test_only_launches_ready_to_enqueue_are_awaited_on_the_loop():
     x, stream = _ones(), ts.Stream("cpu")
     op = axpy(ts.zeros(64).sync().partition(16), x, 1.0)
     assert not op._only_enqueues(stream)  # not yet packed for a driver (its first launch compiles)
-    op._early.plan.backend["packed"] = object()
+    _ready_to_enqueue(op)
     assert op._only_enqueues(stream)
     pending = axpy(ts.zeros(64).partition(16), x, 1.0)  # an argument still to be produced
     assert not pending._only_enqueues(stream)
@@ -178,20 +183,19 @@ def test_only_launches_ready_to_enqueue_are_awaited_on_the_loop():
 def _await_on_loop_with_stand_in_queries(monkeypatch, op, stream):
     """Await ``op`` through the cuda await path on a cpu stream (the driver's stream query
     stands in as always idle); returns the result and the threads each step ran on."""
-    from tilesafe.exec import deviceop
-    from tilesafe.runtime import cuda
-    monkeypatch.setattr(ts.Stream, "native_address", 0)
-    monkeypatch.setattr(cuda, "is_idle", lambda handle: True)
+    from tilesafe.deviceops import awaiting
+    from tilesafe.driver.platform import HostPlatform
+    monkeypatch.setattr(HostPlatform, "is_idle", lambda self, stream: True)
 
     async def main():
-        return await deviceop._await_on_loop(op, stream, None)
+        return await awaiting.await_on_loop(op, stream, None)
     return asyncio.run(main())
 
 
 def test_an_awaited_chain_enqueues_on_the_loop_while_its_steps_only_enqueue(monkeypatch):
     x, stream, threads = _cpu_ones(), ts.Stream("cpu"), []
     first = axpy(ts.zeros(64, device="cpu").sync().partition(16), x, 1.0)
-    first._early.plan.backend["packed"] = object()  # the plan every step's launch reuses
+    _ready_to_enqueue(first)  # the plan every step's launch reuses
 
     def step(result):
         threads.append(threading.current_thread())
@@ -212,7 +216,7 @@ def test_an_awaited_chain_hands_the_rest_to_a_thread_at_a_step_that_does_more(mo
     GPU) and every step after it run on a waiter thread, after the steps enqueued before."""
     x, y, stream, threads = _cpu_ones(), _cpu_ones(32), ts.Stream("cpu"), []
     first = axpy(ts.zeros(64, device="cpu").sync().partition(16), x, 1.0)
-    first._early.plan.backend["packed"] = object()
+    _ready_to_enqueue(first)
     other = ts.zeros(32, device="cpu").sync()
 
     def same_plan(result):
@@ -235,7 +239,7 @@ def test_an_error_in_an_awaited_chain_ends_the_loans_of_what_it_enqueued(monkeyp
     x, stream = _cpu_ones(), ts.Stream("cpu")
     z = ts.zeros(64, device="cpu").sync()
     first = axpy(ts.borrow_mut(z).partition(16), x, 1.0)
-    first._early.plan.backend["packed"] = object()
+    _ready_to_enqueue(first)
 
     def failing(result):
         raise ValueError("a host step failed")
@@ -312,21 +316,21 @@ def test_graph_rejects_allocating_ops_at_record_time():
             graph.record(axpy(ts.zeros(16).partition(8), _ones(16), 1.0))
     t = _ones(8)
     dst = ts.zeros(8).sync()
-    copy = dst.copy_(t).graph()
+    copy = ts.CudaGraph.capture(dst.copy_(t))
     copy.launch().sync()
     assert np.array_equal(dst.numpy(), np.ones(8))
 
 
 def test_graph_update_rejects_a_different_shape():
     z = ts.zeros(32).sync().partition(8)
-    graph = axpy(z, _ones(32), 1.0).graph()
+    graph = ts.CudaGraph.capture(axpy(z, _ones(32), 1.0))
     with pytest.raises(DeviceOpError, match="differ"):
         graph.update(axpy(ts.zeros(32).sync().partition(16), _ones(32), 1.0))
 
 
 def test_recording_releases_the_launch_borrows_and_replay_takes_them():
     t = ts.zeros(16).sync()
-    graph = axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0).graph()
+    graph = ts.CudaGraph.capture(axpy(ts.borrow_mut(t).partition(8), _ones(16), 1.0))
     t.numpy()  # recorded, not running: t is readable
     graph.replay()
     assert np.array_equal(t.numpy(), np.ones(16))
@@ -451,7 +455,7 @@ def test_map_runs_after_completion_so_it_may_read_the_results():
 
 
 def test_a_recaptured_graph_updates_the_previous_executable_when_the_driver_allows():
-    from tilesafe.runtime import cuda
+    from tilesafe.driver import cuda
 
     class Builder:
         def end_building(self):
@@ -479,9 +483,9 @@ def test_a_recaptured_graph_updates_the_previous_executable_when_the_driver_allo
 def test_a_stream_wait_ends_only_the_loans_of_work_enqueued_before_it(monkeypatch):
     """Another thread may enqueue on a shared pool stream while this one waits for it: the
     loans of that work must outlive this wait (the driver's wait need not cover it)."""
-    from tilesafe.runtime import cuda
-    from tilesafe.runtime.allocation import Allocation
-    from tilesafe.runtime.device import Device
+    from tilesafe.driver import cuda
+    from tilesafe.driver.ledger import Allocation
+    from tilesafe.driver.device import Device
     stream = ts.Stream(Device("cuda", 0))
     stream._native_address = 0x99
     alloc = Allocation(None, Device("cuda", 0))

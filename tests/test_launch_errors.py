@@ -20,7 +20,7 @@ from tilesafe.errors import (AliasingError, ArgumentError, CompileError, DeviceO
                              DTypeMismatchError, LaunchError, MovedError, PartitionError,
                              PartitionRankError, RankMismatchError, SignatureError,
                              TileShapeMismatchError, UnsafeError)
-from tilesafe.runtime.tensor import Tensor
+from tilesafe.host.tensor import Tensor
 
 pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
 
@@ -479,10 +479,10 @@ def _memory(buffer: np.ndarray):
     """What the internal Tensor constructor takes as its memory: the buffer itself, or (once
     allocations exist) an Allocation wrapping it."""
     try:
-        from tilesafe.runtime.allocation import Allocation
+        from tilesafe.driver.ledger import Allocation
     except ImportError:  # pragma: no cover - the original host API
         return buffer
-    from tilesafe.runtime.device import CPU
+    from tilesafe.driver.device import CPU
     return Allocation(buffer, CPU)
 
 

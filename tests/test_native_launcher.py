@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-BUILT = importlib.util.find_spec("tilesafe.runtime._launcher") is not None
+BUILT = importlib.util.find_spec("tilesafe.driver._launcher") is not None
 
 
 def _can_build_extensions() -> bool:
@@ -28,7 +28,7 @@ def _can_build_extensions() -> bool:
 def test_the_launcher_is_built_wherever_a_c_compiler_is():
     if not _can_build_extensions():
         pytest.skip("no C compiler or Python headers: launches go through cuda.bindings")
-    assert BUILT, ("a C compiler is present but tilesafe.runtime._launcher was not built: "
+    assert BUILT, ("a C compiler is present but tilesafe.driver._launcher was not built: "
                    "reinstall with pip install -e . and read the build output")
 
 
@@ -36,7 +36,7 @@ needs_launcher = pytest.mark.skipif(not BUILT, reason="the compiled launcher was
 
 STAND_INS = textwrap.dedent("""
     import ctypes
-    from tilesafe.runtime import _launcher
+    from tilesafe.driver import _launcher
 
     class Attribute(ctypes.Structure):
         _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
@@ -193,7 +193,7 @@ def test_bad_arguments_are_refused_before_the_driver_is_called():
 
 
 def test_a_failed_driver_call_names_the_call_the_users_line_and_a_fix(monkeypatch):
-    from tilesafe.runtime import cuda
+    from tilesafe.driver import cuda
     # (set in the instance's dict: looking the attribute up would bind the real driver)
     monkeypatch.setitem(vars(cuda._DRIVER_CALLS), "synchronize", lambda stream: 700)
     with pytest.raises(cuda.CudaError) as failure:
@@ -206,6 +206,6 @@ def test_a_failed_driver_call_names_the_call_the_users_line_and_a_fix(monkeypatc
 
 
 def test_only_the_driver_calls_bind_the_driver_on_first_use():
-    from tilesafe.runtime import cuda
+    from tilesafe.driver import cuda
     with pytest.raises(AttributeError):
         cuda._DRIVER_CALLS.launch_kernel  # not a launch-path call: no binding is attempted

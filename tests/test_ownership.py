@@ -249,11 +249,19 @@ def test_constructors():
     assert t.numpy().dtype == np.int16 and t.nbytes == 12 and t.is_contiguous
 
 
-# -- what a captured graph borrows per replay (runtime.launch.ReplayBorrows) ---------------
+# -- what a captured graph borrows per replay (deviceops.graph.ReplayBorrows) --------------
+
+def ReplayBorrows(launches):
+    """What a captured graph of these ``(kernel, args)`` launches borrows per replay."""
+    from types import SimpleNamespace
+    from tilesafe.deviceops.graph import ReplayBorrows as of_nodes
+    from tilesafe.launch.checks import replay_borrows
+    return of_nodes([SimpleNamespace(borrows=lambda k=k, a=a: replay_borrows(k.params, a))
+                     for k, a in launches])
+
 
 def test_replay_borrows_lend_each_tensor_once_mutable_if_any_launch_writes_it():
-    from tilesafe.runtime.allocation import release_all
-    from tilesafe.runtime.launch import ReplayBorrows
+    from tilesafe.driver.ledger import release_all
     x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
     z = ts.zeros(16).sync()
     launches = [(scale1d, (ts.borrow_mut(z).partition(8), x, 2.0)),
@@ -275,8 +283,7 @@ def test_replay_borrows_lend_each_tensor_once_mutable_if_any_launch_writes_it():
 
 
 def test_replay_borrows_refuse_a_moved_input_or_a_spent_output_at_every_replay():
-    from tilesafe.runtime.allocation import release_all
-    from tilesafe.runtime.launch import ReplayBorrows
+    from tilesafe.driver.ledger import release_all
     x, z = ts.zeros(16).sync(), ts.zeros(16).sync()
     out = ts.borrow_mut(z).partition(8)
     borrows = ReplayBorrows([(scale1d, (out, x, 2.0))])
@@ -296,8 +303,7 @@ def test_replay_borrows_refuse_a_moved_input_or_a_spent_output_at_every_replay()
 def test_replays_on_one_stream_share_their_loans_until_the_last_ends():
     """Back-to-back replays on one stream share the loans of the first (one more use each);
     a replay on another stream is still refused while they live."""
-    from tilesafe.runtime.allocation import release_all
-    from tilesafe.runtime.launch import ReplayBorrows
+    from tilesafe.driver.ledger import release_all
     x, z = ts.ones(16).sync(), ts.zeros(16).sync()
     borrows = ReplayBorrows([(scale1d, (ts.borrow_mut(z).partition(8), x, 2.0))])
     one, other = ts.Stream("cpu"), ts.Stream("cpu")
@@ -346,7 +352,7 @@ def _rival_inside(monkeypatch, owner, name, rival):
 
 
 def test_no_launch_slips_between_another_launchs_checks_and_loans(monkeypatch):
-    from tilesafe.runtime.allocation import Allocation
+    from tilesafe.driver.ledger import Allocation
     t, x = ts.zeros(64).sync(), ts.ones(64).sync()
     seen = _rival_inside(monkeypatch, Allocation, "lend",
                          lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0))
@@ -359,9 +365,9 @@ def test_no_launch_slips_between_another_launchs_checks_and_loans(monkeypatch):
 
 
 def test_no_launch_starts_writing_a_tensor_while_the_host_copies_it(monkeypatch):
-    from tilesafe.runtime import memory
+    from tilesafe.driver.platform import HostPlatform
     t, x = ts.zeros(64).sync(), ts.ones(64).sync()
-    seen = _rival_inside(monkeypatch, memory, "read",
+    seen = _rival_inside(monkeypatch, HostPlatform, "read",
                          lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0).sync())
     assert np.array_equal(t.numpy(), np.zeros(64))  # the copy is made before the rival runs
     seen["thread"].join(5)

@@ -7,21 +7,23 @@ Device side: ``import tilesafe.core as tc``.
 from . import errors
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                      int64, uint8, uint16, uint32, uint64)
-from .errors import (AliasingError, ArgumentError, BorrowError, CompileError, DeviceMismatchError,
-                     DTypeMismatchError, KernelRuntimeError, PartitionRankError, RankMismatchError,
-                     TileShapeMismatchError,
-                     LaunchError, MovedError, PartitionError, SafetyError, TilesafeError,
-                     UnsafeError)
-from .exec.deviceop import DeviceOp, SharedOp, value, zip
-from .exec.graph import CudaGraph
-from .exec.stream import Event, Stream, next_stream
+from .errors import (AliasingError, ArgumentError, BorrowError, BroadcastError, CompileError,
+                     CudaError, DeviceMismatchError, DeviceOpError, DTypeError,
+                     DTypeMismatchError, KernelNameError, KernelRuntimeError, LaunchError,
+                     MovedError, OwnershipError, PartitionError, PartitionRankError,
+                     RankMismatchError, SafetyError, ShapeError, SignatureError, TileirasNotFound,
+                     TileShapeError, TileShapeMismatchError, TilesafeError, UnsafeError,
+                     UnsupportedSyntaxError)
+from .deviceops.deviceop import DeviceOp, SharedOp, value, zip
+from .deviceops.graph import CudaGraph
+from .driver.device import Device, default_device, devices
+from .driver.stream import Event, Stream, next_stream
+from .host.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
+from .host.interop import from_dlpack
+from .host.partition import BorrowMut, MappedPartition, Partition
+from .host.tensor import Tensor, borrow_mut
 from .kernel import Kernel, compile, function, kernel, unsafe
-from .exec import hotpath as _hotpath  # noqa: F401,E402 (installs the compiled launch path)
-from .runtime.device import Device, default_device, devices
-from .runtime.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
-from .runtime.interop import from_dlpack
-from .runtime.partition import BorrowMut, MappedPartition, Partition, borrow_mut
-from .runtime.tensor import Tensor
+from .launch import hotpath as _hotpath  # noqa: F401 (selects the repeated-launch path)
 
 __version__ = "0.1.0"
 
@@ -36,5 +38,7 @@ __all__ = [
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
     "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "DTypeMismatchError",
     "RankMismatchError", "DeviceMismatchError", "PartitionRankError", "TileShapeMismatchError",
-    "__version__",
+    "UnsupportedSyntaxError", "KernelNameError", "DTypeError", "ShapeError", "BroadcastError",
+    "TileShapeError", "SignatureError", "OwnershipError", "DeviceOpError", "CudaError",
+    "TileirasNotFound", "__version__",
 ]

@@ -16,7 +16,7 @@ def wanted() -> bool:
 
 
 def built(name: str) -> Optional[ModuleType]:
-    """The compiled module ``name`` (``"tilesafe.runtime._ledger"``), or None when the install
+    """The compiled module ``name`` (``"tilesafe.driver._ledger"``), or None when the install
     did not build it."""
     try:
         return importlib.import_module(name)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from . import backends, pipeline
 from .errors import ArgumentError, TilesafeError
 from .kernel import Kernel
 
@@ -54,8 +55,8 @@ def check_file(file: str, target: Optional[str] = None) -> int:
             try:
                 ir = kernel._ir(spec)
                 if target is not None:
-                    from .backends.tileir import jit
-                    cubin = jit.cubin_for(ir, target, hints=kernel.hints).cubin
+                    cubin = pipeline.compile(ir, backends.by_name("tileir").ahead_of_time(target),
+                                             hints=kernel.hints)
                     print(f"ok      {label}: {len(list(ir.walk()))} ops, cubin {len(cubin)} B "
                           f"for {target}")
                 else:

@@ -6,16 +6,21 @@ path to a cubin)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import platform
 import sys
 from typing import Optional, Sequence
 
 import numpy as np
 
+from . import __version__
+from ._demo import run_demo
+from .check import check_file
+from .driver.device import default_device, devices, probe_gpu
+from .launch import hotpath
+
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from . import __version__
-    from .runtime.device import default_device, devices, probe_gpu
     probe = probe_gpu()
     print(f"tilesafe {__version__}")
     print(f"python   {platform.python_version()} ({sys.executable})")
@@ -29,18 +34,16 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _launcher_status() -> str:
     """Which code makes the driver calls of GPU launches."""
-    import importlib.util
-    if importlib.util.find_spec("tilesafe.runtime._launcher") is not None:
-        return "through the compiled launcher (tilesafe.runtime._launcher)"
+    if importlib.util.find_spec("tilesafe.driver._launcher") is not None:
+        return "through the compiled launcher (tilesafe.driver._launcher)"
     return ("through cuda.bindings: the compiled launcher was not built (it needs a C compiler "
             "and Python headers when installing; reinstall with pip install -e . to build it)")
 
 
 def _compiled_path_status() -> str:
     """Whether repeated launches (cached plans) run through the compiled path."""
-    from .exec import hotpath
     if hotpath.compiled_path_in_use():
-        return "through the compiled launch path (tilesafe.exec._hotpath)"
+        return "through the compiled launch path (tilesafe.launch._hotpath)"
     if hotpath.compiled_path_built():
         return "through Python: the compiled launch path is off (TILESAFE_COMPILED_PATH=0)"
     return ("through Python: the compiled launch path was not built (it needs a C compiler "
@@ -48,12 +51,10 @@ def _compiled_path_status() -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
     return run_demo(n=args.n, tile=args.tile)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .check import check_file
     return check_file(args.file, target=args.target)
 
 

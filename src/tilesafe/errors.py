@@ -12,9 +12,10 @@ tensor unchanged and usable.
     │   ├── ShapeError               shape mismatch (elementwise, mma, reshape, ...)
     │   │   ├── BroadcastError       shapes that numpy broadcasting cannot combine
     │   │   └── TileShapeError       tile shape not static / not powers of two / too large
-    │   ├── SafetyError              a device-side safety rule (DESIGN.md rules 1-5)
-    │   └── SignatureError           a kernel parameter annotation that is not valid
-    ├── LaunchError                  host-side launch checks (rules 6-9), before enqueueing
+    │   ├── SafetyError              a device-side safety rule (see README, "Safety")
+    │   ├── SignatureError           a kernel parameter annotation that is not valid
+    │   └── TileirasNotFound         no usable Tile IR assembler (tileiras) to build a cubin
+    ├── LaunchError                  host-side launch checks, before anything is enqueued
     │   ├── ArgumentError            wrong number/kind of arguments
     │   │   ├── DTypeMismatchError   an argument's dtype differs from the signature's
     │   │   ├── RankMismatchError    an argument's rank or static extent differs
@@ -28,7 +29,8 @@ tensor unchanged and usable.
     │   │   └── BorrowError          host access conflicting with a borrow in flight
     │   └── UnsafeError              unsafe kernel launched outside ``with ts.unsafe():``
     ├── DeviceOpError                a DeviceOp driven twice or misused
-    └── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
+    ├── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
+    └── CudaError                    a CUDA driver call failed
 """
 
 from __future__ import annotations
@@ -217,3 +219,11 @@ class DeviceOpError(TilesafeError):
 class KernelRuntimeError(TilesafeError):
     """A tile program failed while executing (interpreter), e.g. a partition index outside
     the partition. Names the kernel, the program id and the offending values."""
+
+
+class TileirasNotFound(CompileError):
+    """No usable ``tileiras`` (CUDA 13.3+) was found; the hint says how to install one."""
+
+
+class CudaError(TilesafeError):
+    """A CUDA driver call failed; the message names the call and the user's line."""

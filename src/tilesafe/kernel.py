@@ -3,6 +3,11 @@
 A :class:`Kernel` parses its signature when decorated, compiles one specialization per distinct
 set of compile-time inputs (dtypes, static shapes, constants) on first use, and launches lazily:
 calling it returns a DeviceOp that validates, runs and returns the arguments when driven.
+
+It owns the signature, the specialization and the caches (typed IR per specialization,
+executables per target and launch facts, launch plans); compiling goes through
+``tilesafe.pipeline``, the device's backend (``tilesafe.backends``) runs it, and the launch
+checks and ops are the launch layer's (``tilesafe.launch``).
 """
 
 from __future__ import annotations
@@ -14,18 +19,19 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .backends.interp import InterpretedKernel, compile_kernel
-from .compiler.frontend import DeviceFunction, SourceFunction, lower_kernel
+from . import backends, pipeline
+from ._callsite import caller_location
+from .backends.base import BoundLaunch, Target
+from .compiler.frontend import DeviceFunction, SourceFunction
 from .compiler.ir import KernelIR, print_ir
 from .compiler.signature import Param, PointerSpec, parse_signature
 from .compiler.specialize import Specialization, specialize_from_names
+from .deviceops.deviceop import DeviceOp
+from .driver.device import Device
+from .driver.stream import Stream
 from .errors import ArgumentError, SignatureError, UnsafeError
-from .exec.deviceop import DeviceOp
-from .exec.launch import LaunchOp
-from .exec.stream import Stream
-from ._callsite import caller_location
-from .runtime import cuda
-from .runtime.launch import PreparedLaunch, interp_bindings, prepare, recover
+from .launch.checks import PreparedLaunch, kernel_args, prepare, recover
+from .launch.op import LaunchOp
 
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
 _LIVE_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
@@ -75,7 +81,7 @@ def _check_hints(hints: Optional[dict]) -> dict:
 
 class Kernel:
     """A tile kernel (made by ``@ts.kernel``). Call it with the launch arguments to get a lazy
-    :class:`~tilesafe.exec.deviceop.DeviceOp`; ``.sync()`` runs it and returns the arguments.
+    :class:`~tilesafe.deviceops.deviceop.DeviceOp`; ``.sync()`` runs it and returns the arguments.
 
     Attributes:
         name: the function name.
@@ -97,8 +103,8 @@ class Kernel:
         self.examples = [dict(e) for e in examples]
         self._source: Optional[SourceFunction] = None
         self._ir_cache: dict[Specialization, KernelIR] = {}
-        self._cache: dict[Specialization, tuple[KernelIR, InterpretedKernel]] = {}
-        self._gpu_cache: dict[Any, Any] = {}
+        self._executables: dict[tuple[Specialization, Target, Any], Any] = {}
+        self._targets: dict[Device, Target] = {}
         self._plans: dict[Any, Any] = {}
         _LIVE_KERNELS.add(self)
         self._lock = threading.Lock()
@@ -120,78 +126,67 @@ class Kernel:
 
     # -- compilation ------------------------------------------------------------------------
     def _ir(self, spec: Specialization) -> KernelIR:
-        """The typed IR of one specialization (front end; cached)."""
+        """The typed, verified IR of one specialization (front end and verifier; cached)."""
         ir = self._ir_cache.get(spec)
         if ir is None:
-            ir = lower_kernel(self.name, self.source, self.params, spec,
-                              unchecked_accesses=self.unchecked_accesses)
+            ir = pipeline.typed_ir(self.name, self.source, self.params, spec,
+                                   unchecked_accesses=self.unchecked_accesses)
             self._ir_cache[spec] = ir
         return ir
 
-    def _compiled(self, spec: Specialization) -> tuple[KernelIR, InterpretedKernel]:
-        """The interpreter executable of a specialization (single-flight, cached)."""
-        entry = self._cache.get(spec)
-        if entry is None:
-            with self._lock:
-                entry = self._cache.get(spec)
-                if entry is None:
-                    ir = self._ir(spec)
-                    entry = (ir, compile_kernel(ir))
-                    self._cache[spec] = entry
-                    self.compile_count += 1
-        return entry
+    def _counted(self) -> None:
+        self.compile_count += 1
 
-    def _launch_gpu(self, prepared: PreparedLaunch, stream: int) -> None:
-        """Enqueue on the GPU stream whose driver handle is the int ``stream`` (a capturing
-        stream records a graph node). The launch is packed once per launch plan (executable,
-        function, argument buffers), so a repeated launch is one driver call."""
-        cached = prepared.plan.backend if prepared.plan is not None else {}
-        packed = cached.get("packed")
-        if packed is None:
-            exe = self._gpu_executable(prepared)
-            packed = cached["packed"] = cuda.PackedLaunch(
-                exe.handle, prepared.grid, exe.pack(prepared.args, self.params),
-                prepared.device.index, exe.programmatic)
-        cuda.launch_packed(stream, packed)
-
-    def _gpu_executable(self, prepared: PreparedLaunch) -> Any:
-        """The loaded cubin for a launch's specialization, device and argument facts
-        (alignment classes, see ``backends.tileir.facts``), single-flight and cached in
-        memory and on disk; ``compile_count`` counts tileiras runs."""
-        from .backends.tileir import jit
-        from .backends.tileir.facts import launch_facts
-        ir = self._ir(prepared.specialization)
-        facts = launch_facts(ir, self.params, prepared.args)
-        key = (prepared.specialization, prepared.device, facts)
-        exe = self._gpu_cache.get(key)
+    def _executable(self, spec: Specialization, target: Target, facts: Any) -> Any:
+        """The executable of a specialization for ``target`` and launch facts (single-flight,
+        cached; ``compile_count`` counts the real compilations)."""
+        key = (spec, target, facts)
+        exe = self._executables.get(key)
         if exe is None:
             with self._lock:
-                exe = self._gpu_cache.get(key)
+                exe = self._executables.get(key)
                 if exe is None:
-                    arch = jit.arch_of(prepared.device.index)
-
-                    def build(**_):
-                        result = jit.cubin_for(ir, arch, hints=self.hints, facts=facts)
-                        self.compile_count += int(result.compiled)
-                        return result
-                    exe = jit.load(ir, self.params, build(), prepared.device.index, build)
-                    self._gpu_cache[key] = exe
+                    exe = pipeline.compile(self._ir(spec), target, hints=self.hints,
+                                           facts=facts, on_compiled=self._counted)
+                    self._executables[key] = exe
         return exe
+
+    def _target(self, device: Device) -> Target:
+        target = self._targets.get(device)
+        if target is None:
+            target = self._targets[device] = backends.for_device(device).target(device)
+        return target
+
+    def _bound(self, prepared: PreparedLaunch) -> BoundLaunch:
+        """The backend's launch of a validated launch, its arguments marshalled (once per
+        launch plan: a repeated launch reuses it)."""
+        plan = prepared.plan
+        if plan is not None and plan.bound is not None:
+            return plan.bound
+        device = prepared.device
+        args = kernel_args(self.params, prepared.args)
+        ir = self._ir(prepared.specialization)
+        facts = backends.for_device(device).launch_facts(ir, args)
+        exe = self._executable(prepared.specialization, self._target(device), facts)
+        bound = exe.bind(args, prepared.grid)
+        if plan is not None:
+            plan.bound = bound
+        return bound
 
     def compile(self, *args: Any, target: Optional[str] = None,
                 grid: Optional[Sequence[int]] = None) -> Any:
         """Compile for these arguments without launching. With ``target`` (e.g. ``"sm_90"``)
-        this needs no GPU and returns the cubin bytes; otherwise it warms the executable of the
-        arguments' device (interpreter or GPU)."""
+        this needs no GPU and returns the cubin bytes; otherwise it returns the executable for
+        the arguments' device (interpreter or GPU)."""
         prepared = self._check_only(args, grid)
         if target is not None:
-            from .backends.tileir import jit
-            result = jit.cubin_for(self._ir(prepared.specialization), target, hints=self.hints)
-            self.compile_count += int(result.compiled)
-            return result.cubin
-        if prepared.device.kind == "cpu":
-            return self._compiled(prepared.specialization)[1]
-        return self._gpu_executable(prepared)
+            ahead = backends.by_name("tileir").ahead_of_time(target)
+            return pipeline.compile(self._ir(prepared.specialization), ahead, hints=self.hints,
+                                    on_compiled=self._counted)
+        device = prepared.device
+        facts = backends.for_device(device).launch_facts(
+            self._ir(prepared.specialization), kernel_args(self.params, prepared.args))
+        return self._executable(prepared.specialization, self._target(device), facts)
 
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""
@@ -239,14 +234,7 @@ class Kernel:
                                 f"driven on a {stream.device} stream", prepared.where,
                                 hint=f"drive it with .sync() or on a {prepared.device} stream")
         try:
-            if prepared.device.kind == "cpu":
-                cached = prepared.plan.backend if prepared.plan is not None else {}
-                if "bindings" not in cached:
-                    cached["interpreted"] = self._compiled(prepared.specialization)[1]
-                    cached["bindings"] = interp_bindings(self.params, prepared.args)
-                cached["interpreted"].run(cached["bindings"], prepared.grid)
-            else:
-                self._launch_gpu(prepared, stream.native_address)
+            self._bound(prepared).launch(stream)
             self.launch_count += 1
         finally:
             results = recover(prepared, stream, spend=spend)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe.runtime import cuda
+from tilesafe.driver import cuda
 
 GPU = "cuda:0"
 N, TILE = 1 << 22, 1024  # 4096 tile programs per launch

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe.runtime import cuda
+from tilesafe.driver import cuda
 
 GPU = "cuda:0"
 N, TILE = 1 << 20, 1024
-BUILT = importlib.util.find_spec("tilesafe.runtime._launcher") is not None
+BUILT = importlib.util.find_spec("tilesafe.driver._launcher") is not None
 
 
 @ts.kernel

@@ -20,6 +20,7 @@ import pytest
 import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe import dtypes as tsd
+from tilesafe import backends, pipeline
 from tilesafe.backends.tileir import tileiras as driver
 from tilesafe.backends.tileir.bytecode import (
     ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness)
@@ -472,8 +473,8 @@ def test_missing_tileiras_gives_the_install_hint(monkeypatch, tmp_path):
         with pytest.raises(driver.TileirasNotFound) as info:
             driver.find_tileiras()
         assert "pip install 'tilesafe[gpu]'" in str(info.value)
-        with pytest.raises(driver.TileirasNotFound):
-            driver.compile_to_cubin(_ir_vector_add())
+        with pytest.raises(driver.TileirasNotFound):  # the compile pipeline's assemble stage
+            pipeline.compile(_ir_vector_add(), backends.by_name("tileir").ahead_of_time("sm_90"))
     finally:
         driver._find_tileiras.cache_clear()
 
@@ -603,7 +604,8 @@ def test_hints_facts_debug_info_and_inbounds(tool, disasm_tool, tmp_path):
 
 
 def test_compile_to_cubin_and_tileiras_errors(tool, monkeypatch):
-    cubin = driver.compile_to_cubin(_ir_vector_add(), "sm_90", version=(13, 3))
+    ir = _ir_vector_add()
+    cubin = driver.assemble(lower_kernel(ir, version=(13, 3)), "sm_90", kernel=ir, tool=tool)
     assert cubin[:4] == b"\x7fELF"
     ir = _ir_vector_add()
     broken = lower_kernel(ir)[:-1] + b"\x07"

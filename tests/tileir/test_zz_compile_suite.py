@@ -26,7 +26,8 @@ def _tool_or_skip():
 
 def test_every_specialization_of_the_suite_compiles_for_sm_90(tmp_path, monkeypatch):
     _tool_or_skip()
-    from tilesafe.backends.tileir import jit
+    from tilesafe import backends, pipeline
+    target = backends.by_name("tileir").ahead_of_time("sm_90")
     monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path))
     jobs = [(k, spec, ir) for k in live_kernels() for spec, ir in list(k._ir_cache.items())]
     if not jobs:
@@ -36,7 +37,7 @@ def test_every_specialization_of_the_suite_compiles_for_sm_90(tmp_path, monkeypa
     def build(job):
         kernel, spec, ir = job
         try:
-            jit.cubin_for(ir, "sm_90", hints=kernel.hints)
+            pipeline.compile(ir, target, hints=kernel.hints)
             return None
         except Exception as err:
             return f"{kernel.name} [{spec.describe()}]: {err}"

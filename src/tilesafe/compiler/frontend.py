@@ -35,7 +35,6 @@ from .specialize import Specialization
 from .ops.mapped import IndexStream
 from .types import (MappedPartitionType, PartitionIndexType, PartitionViewType, TensorViewType,
                     TileType)
-from .verify import verify
 
 registry.load_all()
 
@@ -781,9 +780,10 @@ _METHOD_HINTS = {
 }
 
 
-def lower_kernel(name: str, source: SourceFunction, params: list[Param],
-                 spec: Specialization, *, unchecked_accesses: bool) -> KernelIR:
-    """Build the IR of ``source`` specialized by ``spec``."""
+def build_ir(name: str, source: SourceFunction, params: list[Param],
+             spec: Specialization, *, unchecked_accesses: bool) -> KernelIR:
+    """Build the typed IR of ``source`` specialized by ``spec`` (not yet verified: the
+    compile pipeline runs ``compiler.verify`` next)."""
     builder = IRBuilder(name)
     env: dict[str, Any] = {}
     ir_params: list[KernelParam] = []
@@ -805,8 +805,6 @@ def lower_kernel(name: str, source: SourceFunction, params: list[Param],
     lowering = FunctionLowering(builder, source, env)
     with builder.inside(body):
         lowering.run_body(source.tree.body, allow_return=False)
-    kernel = KernelIR(name, ir_params, body, source.location(source.tree),
-                      unchecked_accesses=unchecked_accesses)
-    verify(kernel)
-    return kernel
+    return KernelIR(name, ir_params, body, source.location(source.tree),
+                    unchecked_accesses=unchecked_accesses)
 

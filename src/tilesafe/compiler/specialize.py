@@ -1,6 +1,6 @@
 """Specialization: binding a kernel's parameters to the launch's arguments.
 
-The runtime describes each argument abstractly (:class:`ArgInfo`: a tensor with its dtype and
+The launch checks describe each argument abstractly (:class:`ArgInfo`: a tensor with its dtype and
 shape, a partition with its tile shape, a scalar, a constant); :func:`specialize` checks them
 against the signature (dtype, rank, static extents, partition tile shape, rank <= 3) and
 produces the :class:`Specialization` that the front end compiles and the caches key on.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from ..dtypes import DType
+from ..dtypes import DType, as_dtype
 from ..errors import (ArgumentError, DTypeMismatchError, PartitionError, PartitionRankError,
                       RankMismatchError, TileShapeMismatchError)
 from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
@@ -242,7 +242,6 @@ def specialize_from_names(kernel_name: str, params: list[Param],
             if d not in bindings:
                 raise ArgumentError(f"kernel '{kernel_name}': no binding for dtype name '{d}'",
                                     hint=f"add '{d}': ts.float32 (say) to the example")
-            from ..dtypes import as_dtype
             return as_dtype(bindings[d])
         return d
 

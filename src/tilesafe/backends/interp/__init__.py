@@ -1,7 +1,7 @@
-"""The numpy interpreter backend: runs kernels exactly on the CPU, one tile program at a time.
+"""The numpy interpreter backend: exact execution of verified kernel IR on the host
+(``executor``), registered for the ``cpu`` device (``backend``)."""
 
-It is the ``cpu`` device and the oracle of every test."""
+from .backend import InterpreterBackend
+from .executor import InterpretedKernel
 
-from .executor import InterpretedKernel, compile_kernel
-
-__all__ = ["InterpretedKernel", "compile_kernel"]
+__all__ = ["InterpreterBackend", "InterpretedKernel"]

@@ -121,8 +121,3 @@ def _run_block(block: _CompiledBlock, args: Sequence[Any], ctx: _ProgramContext)
         for slot, value, rounder in zip(step.results, out, step.rounders):
             env[slot] = rounder(value) if rounder is not None else value
     return ()
-
-
-def compile_kernel(kernel: KernelIR) -> InterpretedKernel:
-    """Prepare a kernel for the interpreter (cheap; cached by the caller per specialization)."""
-    return InterpretedKernel(kernel)

@@ -12,40 +12,28 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ...compiler.ir import KernelIR
-from ...compiler.signature import ConstSpec, Param
-from ...runtime.partition import MappedPartition, Partition
+from ..base import KernelArg
 from .lower import normalize_facts
 
 ALIGN = 16
 
 
-def _tensor(value: Any):
-    if isinstance(value, MappedPartition):
-        return value.partition._tensor
-    if isinstance(value, Partition):
-        return value._tensor
-    return value
-
-
-def launch_facts(kernel: KernelIR, params: Sequence[Param], args: Sequence[Any]) -> Any:
+def launch_facts(kernel: KernelIR, args: Sequence[KernelArg]) -> Any:
     """The normalized facts of one launch (hashable)."""
-    kinds = {p.name: p.kind for p in kernel.params}
     facts: dict[str, dict[str, Any]] = {}
-    for p, a in zip(params, args):
-        if isinstance(p.spec, ConstSpec) or kinds.get(p.name) in (None, "scalar"):
+    for arg in args:
+        if arg.kind == "scalar":
             continue
-        t = _tensor(a)
-        item = t.dtype.itemsize
-        address = t._alloc.data.ptr + t._offset * item
+        item = arg.dtype.itemsize
         entry: dict[str, Any] = {}
-        if address % ALIGN == 0:
+        if arg.address() % ALIGN == 0:
             entry["ptr_align"] = ALIGN
-        if kinds[p.name] != "pointer":
-            entry["dims_div"] = tuple(ALIGN if d % ALIGN == 0 and d else None for d in t.shape)
+        if arg.kind != "pointer":
+            entry["dims_div"] = tuple(ALIGN if d % ALIGN == 0 and d else None for d in arg.shape)
             entry["strides"] = tuple(1 if s == 1 and d > 1 else None
-                                     for s, d in zip(t.strides, t.shape))
+                                     for s, d in zip(arg.strides, arg.shape))
             per = max(1, ALIGN // item)
             entry["strides_div"] = tuple(
-                per if s != 1 and (s * item) % ALIGN == 0 and s else None for s in t.strides)
-        facts[p.name] = entry
+                per if s != 1 and (s * item) % ALIGN == 0 and s else None for s in arg.strides)
+        facts[arg.name] = entry
     return normalize_facts(facts)

@@ -8,13 +8,13 @@ variable (a path to the executable), the ``nvidia-cuda-tileiras`` pip package
 toolkit directory it came from (the ``bin`` directory's parent, the pip package's ``cu13``
 directory) becomes ``CUDA_HOME`` of the run, so tileiras finds the ``ptxas`` beside it.
 
-:func:`compile_to_cubin` lowers a kernel (``lower.lower_kernel``) and assembles it;
-:func:`assemble` assembles bytecode the caller already has (the JIT cache keys on those bytes).
+:func:`assemble` assembles bytecode (the compile pipeline's ``assemble`` stage, in
+``backends.tileir.backend``, keys the disk cache on those bytes).
 Failures are :class:`~tilesafe.errors.CompileError` s naming the kernel, the source location
 (from tileiras' ``loc(...)`` when it reports one, else the kernel's ``def``) and tileiras'
 message. A missing tileiras raises :class:`TileirasNotFound` with the install hint.
 
-This module runs programs; it does not cache cubins (the runtime's JIT cache does).
+This module runs programs; it does not cache cubins (the backend's ``assemble`` stage does).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ...compiler.ir import KernelIR
-from ...errors import CompileError, Location
+from ...errors import CompileError, Location, TileirasNotFound
 
 __all__ = ["Tileiras", "TileirasNotFound", "find_tileiras", "find_tileirdisasm", "assemble",
-           "compile_to_cubin", "normalize_target", "INSTALL_HINT"]
+           "normalize_target", "INSTALL_HINT"]
 
 INSTALL_HINT = ("install the Tile IR assembler: pip install 'tilesafe[gpu]' (it brings "
                 "nvidia-cuda-tileiras, nvidia-cuda-nvcc and nvidia-nvvm 13.4), or set "
@@ -43,10 +43,6 @@ INSTALL_HINT = ("install the Tile IR assembler: pip install 'tilesafe[gpu]' (it 
 
 _MIN_RELEASE = (13, 3)
 _TIMEOUT_S = 600
-
-
-class TileirasNotFound(CompileError):
-    """No usable ``tileiras`` (CUDA 13.3+) was found; the hint says how to install one."""
 
 
 @dataclass(frozen=True)
@@ -208,13 +204,3 @@ def assemble(bytecode: bytes, target: Any = "sm_90", *, opt_level: int = 3,
                 hint="this usually means tilesafe emitted bytecode this tileiras does not "
                 "accept; please report it with the kernel source")
         return cubin.read_bytes()
-
-
-def compile_to_cubin(kernel: KernelIR, target: Any = "sm_90", *, opt_level: int = 3,
-                     lineinfo: bool = False, **lowering: Any) -> bytes:
-    """Lower ``kernel`` to Tile IR bytecode (``lowering`` options go to ``lower_kernel``:
-    ``version``, ``hints``, ``facts``, ``debug``, ``inbounds``) and assemble it for ``target``."""
-    from .lower import lower_kernel
-    tool = find_tileiras()
-    return assemble(lower_kernel(kernel, **lowering), target, opt_level=opt_level,
-                    lineinfo=lineinfo, kernel=kernel, tool=tool)

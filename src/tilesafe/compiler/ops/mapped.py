@@ -1,4 +1,4 @@
-"""Mapped partitions (DESIGN.md rule 3): one tile program owns several output tiles.
+"""Mapped partitions: one tile program owns several output tiles.
 
 A ``tc.MappedPartitionMut`` is iterated with ``for idx in z.iter_indices():``, which lowers to a
 ``for`` loop over *tile ids* ``block_id.x, block_id.x + num_blocks.x, ...`` below the tile count;
@@ -24,14 +24,7 @@ from ..builder import describe
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import MappedPartitionType, PartitionIndexType, TileType
-from .memory import MutTensorBinding, access_hints, load_tile, store_tile, stored_tile
-
-
-@dataclass(frozen=True)
-class MappedBinding(MutTensorBinding):
-    """A mapped partition argument: the whole output, its tile shape and map shape."""
-
-    map_shape: tuple[int, ...] = ()
+from .memory import access_hints, load_tile, store_tile, stored_tile
 
 
 def mapped_coords(tile_id: int, grid: tuple[int, ...], map_shape: tuple[int, ...]):

@@ -1,7 +1,7 @@
 """Memory ops: tile-block ids, loads from shared tensors and partitions, the owned sub-tensor's
 load/store, and the unsafe raw-pointer accesses.
 
-The safety rules of DESIGN.md live in the shape of these ops:
+The device-side safety rules live in the shape of these ops:
 
 * rule 1 — ``mut_load``/``mut_store`` take the ``MutTensor`` and nothing else: there is no index,
   the sub-tensor is the one the launch gave this program;
@@ -10,20 +10,21 @@ The safety rules of DESIGN.md live in the shape of these ops:
   otherwise), stores past the edge are masked. A partition index outside the partition's tile
   grid is an error in the interpreter (on a GPU the bounds-checked load returns padding).
 
-This module also defines the runtime *bindings* the numpy semantics read (a tensor argument as
-a strided numpy array over host storage), shared by the interpreter.
+The numpy semantics read their operands as the interpreter's bindings
+(``compiler.bindings``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ... import dtypes as dt
 from ...dtypes import DType
 from ...errors import CompileError, DTypeError, SafetyError, ShapeError
+from ...shapes import tile_grid
+from ..bindings import PartitionBinding, PointerBinding, TensorBinding
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import (PartitionViewType, PointerType, TensorViewType, TileType,
@@ -32,44 +33,8 @@ from ..types import (PartitionViewType, PointerType, TensorViewType, TileType,
 PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": math.nan, "pos_inf": math.inf,
                   "neg_inf": -math.inf}
 
-# ---------------------------------------------------------------------------------------------
-# runtime bindings (what a tensor/partition/pointer operand is inside the interpreter)
-
-
-@dataclass(frozen=True)
-class TensorBinding:
-    """A tensor argument: ``data`` is a strided numpy view of host storage (storage dtype)."""
-
-    data: np.ndarray
-    dtype: DType
-
-
-@dataclass(frozen=True)
-class PartitionBinding:
-    tensor: TensorBinding
-    tile_shape: tuple[int, ...]
-    padding: str
-
-    def grid(self) -> tuple[int, ...]:
-        return tile_grid(self.tensor.data.shape, self.tile_shape)
-
-
-@dataclass(frozen=True)
-class PointerBinding:
-    """A raw pointer: the whole allocation (1-D storage) and the element offset pointed at."""
-
-    buffer: np.ndarray
-    offset: int
-    dtype: DType
-
-
 def _tile_slices(shape, index, tile_shape):
     return tuple(slice(i * t, min(i * t + t, d)) for i, t, d in zip(index, tile_shape, shape))
-
-
-def tile_grid(shape, tile_shape) -> tuple[int, ...]:
-    """Tiles per axis when ``shape`` is cut into ``tile_shape`` tiles (edge tiles partial)."""
-    return tuple(-(-d // t) for d, t in zip(shape, tile_shape))
 
 
 def _check_index(ctx, what: str, index, grid) -> None:
@@ -197,16 +162,6 @@ def _mut_store_eval(ctx, attrs, z, tile):
 
 op("mut_store", "Store a tile into this program's own sub-tensor (masked at the edge).",
    _mut_store_rule, _mut_store_eval, effect="write")
-
-
-@dataclass(frozen=True)
-class MutTensorBinding(TensorBinding):
-    """A partitioned output: the whole tensor and the partition's tile shape."""
-
-    tile_shape: tuple[int, ...] = ()
-
-    def grid(self) -> tuple[int, ...]:
-        return tile_grid(self.data.shape, self.tile_shape)
 
 
 def _build_mut_load(b, z, *, latency=None, allow_tma=None):

@@ -10,7 +10,7 @@ opcode table and version gates (``opcodes``), source locations of the Debug sect
 
 It knows nothing about tilesafe kernels: its modules import only each other, the standard
 library and numpy, never the rest of tilesafe (the lowering in ``backends.tileir.lower`` builds
-on it, not the other way round; ``tests/tileir/test_layers.py`` checks this).
+on it, not the other way round; ``tests/tileir/test_tileir_layers.py`` checks this).
 """
 
 from .builder import *  # noqa: F401,F403 (the public names of the builder)

@@ -9,10 +9,10 @@ registering its functions on the op's registry declaration when imported (this p
 all four).
 
 It builds modules with the ``bytecode`` package and reads ``tilesafe.compiler``,
-``tilesafe.dtypes`` and ``tilesafe.errors``; it must not import the runtime or host side
-(``tilesafe.runtime``, ``tilesafe.exec``) nor the toolchain and driver modules of
-``backends.tileir`` (``tileiras``, ``cache``, ``jit``, ``executable``, ``facts``), which build on
-it (``tests/tileir/test_layers.py`` checks this).
+``tilesafe.dtypes`` and ``tilesafe.errors``; it must not import the host side
+(``tilesafe.driver``, ``tilesafe.host``, ``tilesafe.launch``) nor the toolchain modules of
+``backends.tileir`` (``tileiras``, ``cache``, ``backend``, ``executable``, ``facts``), which
+build on it (``tests/tileir/test_tileir_layers.py`` checks this).
 """
 
 from . import arith, control, memory, tile  # noqa: F401 (registers the op lowerings)

@@ -21,8 +21,8 @@ Each lowering reproduces the op's numpy semantics:
   -> bool is ``!= 0``, bool -> number is 0/1.
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
-package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
-``tilesafe.exec`` or the driver modules of ``backends.tileir``.
+package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
+``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
 """
 
 from __future__ import annotations

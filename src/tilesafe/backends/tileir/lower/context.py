@@ -8,8 +8,8 @@ share (constants, dtype -> Tile IR type, computing 16-bit floats in f32). It als
 
 Nothing here knows about any particular op; the op lowerings live in the sibling modules
 ``arith``, ``tile``, ``memory`` and ``control``. It builds on the ``bytecode`` package,
-``tilesafe.compiler``, ``tilesafe.dtypes`` and ``tilesafe.errors`` only: never the runtime,
-``tilesafe.exec`` or the driver modules of ``backends.tileir``.
+``tilesafe.compiler``, ``tilesafe.dtypes`` and ``tilesafe.errors`` only: never the host layers,
+``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
 """
 
 from __future__ import annotations

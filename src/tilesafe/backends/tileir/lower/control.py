@@ -11,8 +11,8 @@ truncated back inside the body); unsigned bounds compare unsigned. The IR's loop
 upward (range steps are positive; mapped loops step by ``num_tile_blocks``).
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
-package, ``context`` and ``tilesafe.compiler``/``dtypes``/``errors``, never the runtime,
-``tilesafe.exec`` or the driver modules of ``backends.tileir``.
+package, ``context`` and ``tilesafe.compiler``/``dtypes``/``errors``, never the host layers,
+``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ cubin symbol). Each IR op is lowered by the function registered on its registry 
 ``tile``, ``memory`` and ``control``); an op without one is a CompileError naming the op and
 its source line. This module owns the kernel ABI, the entry prelude (parameters, ``assume``
 facts, views, the token) and the public API; it must not lower individual ops, and like the
-rest of the ``lower`` package it must not import the runtime, ``tilesafe.exec`` or the driver
+rest of the ``lower`` package it must not import the host layers (``tilesafe.driver`` ...) or the toolchain
 modules of ``backends.tileir``.
 
 Kernel ABI (what the launcher packs, in this order; :func:`abi_signature` lists it)
@@ -29,7 +29,7 @@ IR param kind   entry parameters
 ``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
 (the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
 tile-block count, the block (1, 1, 1) and dynamic shared memory 0: the launcher
-(``runtime.cuda``) launches every kernel with that configuration.
+(``tilesafe.driver.cuda``) launches every kernel with that configuration.
 
 Token scheme
 ------------

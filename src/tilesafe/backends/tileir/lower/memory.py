@@ -15,8 +15,8 @@ next one; shared loads (``load_like``, ``partition_load``) take no token.
 Bool tensors are bytes in memory (0/1): loads compare the byte with 0, stores write 0 or 1.
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
-package, ``context``, ``arith`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
-``tilesafe.exec`` or the driver modules of ``backends.tileir``.
+package, ``context``, ``arith`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
+``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....compiler.ir import Value as IRValue
-from ....compiler.ops.memory import tile_grid
+from ....shapes import tile_grid
 from ....compiler.types import MappedPartitionType
 from ....dtypes import DType
 from ..bytecode import I32, I64, RoundingMode, Signedness, TileType, Value

@@ -11,8 +11,8 @@ follow the same rules. ``mma`` is ``mmaf`` for floats and ``mmai`` for i8/u8 wit
 operand's signedness.
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
-package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the runtime,
-``tilesafe.exec`` or the driver modules of ``backends.tileir``.
+package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
+``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-/* tilesafe.exec._hotpath: the repeated-launch path in C.
+/* tilesafe.launch._hotpath: the repeated-launch path in C.
  *
  * A launch whose arguments are the very objects of an earlier launch (a cached launch plan,
- * see runtime/launch.py) needs no validation, only its loans; this module does that path and
+ * see launch/checks.py) needs no validation, only its loans; this module does that path and
  * the few steps around it without running Python bytecode:
  *
  *   Kernel.__call__        a launch op from a cached plan (with its loans)
@@ -17,7 +17,7 @@
  * offsets their member descriptors give (looked up once, in setup()). The Python code stays
  * the definition: every case this path does not handle (a first launch, a cpu device, a
  * pending argument, an op driven twice, a conflicting loan, a failure) is handed to the
- * Python method it replaces, before anything was done. exec/hotpath.py installs the methods;
+ * Python method it replaces, before anything was done. launch/hotpath.py installs the methods;
  * without a C compiler they stay Python.
  */
 #define PY_SSIZE_T_CLEAN
@@ -30,17 +30,17 @@
 static PyTypeObject *LaunchOpType, *PreparedType, *PlanType, *LoanType, *AllocationType,
     *ChainType, *StreamType, *PackedType, *TensorType, *PartitionType, *ReplayBorrowsType;
 static PyObject *DeviceOpType;
-static PyObject *Epoch;              /* runtime.allocation._EPOCH, a one-item list */
+static PyObject *Epoch;              /* driver.ledger._EPOCH, a one-item list */
 static PyObject *LedgerAcquire, *LedgerRelease;
-static PyObject *CurrentLocal;       /* exec.stream._CURRENT (.stream) */
-static PyObject *DriveLocal;         /* exec.deviceop._DRIVE (.where) */
-static PyObject *ThreadLocal;        /* runtime.cuda._THREAD (.index) */
-static PyObject *Holders;            /* runtime.launch._HOLDERS */
+static PyObject *CurrentLocal;       /* driver.stream._CURRENT (.stream) */
+static PyObject *DriveLocal;         /* deviceops.deviceop._DRIVE (.where) */
+static PyObject *ThreadLocal;        /* driver.cuda._THREAD (.index) */
+static PyObject *Holders;            /* launch.checks._HOLDERS */
 static PyObject *HolderFn, *TakeLoansFn, *FailFn, *NextStreamFn;
-static PyObject *DriverCalls;        /* runtime.cuda._DRIVER_CALLS (.launch, .synchronize) */
+static PyObject *DriverCalls;        /* driver.cuda._DRIVER_CALLS (.launch, .synchronize) */
 static PyObject *DriverCallsDict;    /* its instance __dict__, where its calls are set */
-static PyObject *PoolCycles;         /* exec.stream._POOL._cycles */
-static PyObject *ContextSwitches;    /* runtime.cuda._CONTEXT_SWITCHES, a one-item list */
+static PyObject *PoolCycles;         /* driver.stream._POOL._cycles */
+static PyObject *ContextSwitches;    /* driver.cuda._CONTEXT_SWITCHES, a one-item list */
 static PyObject *SlowExecute, *SlowPerform, *SlowSync, *SlowThen, *SlowSynchronize,
     *SlowChainPerform, *SlowReplayLend, *SlowChainEnqueueWhile, *ChainRestType;
 static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
@@ -48,7 +48,7 @@ static PyObject *InternalFiles, *Locations, *IsInternalFn, *LocationType;
 /* interned names and constants */
 static PyObject *s_stream, *s_where, *s_index, *s_execute, *s_unsafe, *s_plans, *s_name, *s_launch,
     *s_launch_count, *s_run_prepared, *s_synchronize, *s_native_address, *s_kind,
-    *s_packed, *s_driven, *s_consume, *s_only_enqueues, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
+    *s_enqueues_only, *s_driven, *s_consume, *s_only_enqueues, *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown,
     *s_fn_launch, *s_fn_launch_ex, *s_fn_sync;
 
 /* slot offsets */
@@ -56,7 +56,7 @@ static Py_ssize_t op_run, op_label, op_device, op_driven_at, op_kernel, op_args,
     op_where, op_early, op_early_stream;
 static Py_ssize_t pl_spec, pl_grid, pl_args, pl_loans, pl_where, pl_device, pl_plan;
 static Py_ssize_t plan_args, plan_epoch, plan_spec, plan_grid, plan_device, plan_borrows,
-    plan_backend, plan_borrowed, plan_stream_loans;
+    plan_bound, plan_borrowed, plan_stream_loans;
 static Py_ssize_t loan_allocation, loan_lo, loan_hi, loan_mutable, loan_holder, loan_where,
     loan_stream, loan_count;
 static Py_ssize_t alloc_loans;
@@ -119,7 +119,7 @@ local_get(PyObject *local, PyObject *name)
     return value;
 }
 
-/* When the ledger is runtime._ledger.Ledger: its C acquire and release, called directly. */
+/* When the ledger is driver._ledger.Ledger: its C acquire and release, called directly. */
 typedef PyObject *(*LedgerFunction)(PyObject *, PyObject *);
 static LedgerFunction LedgerAcquireC, LedgerReleaseC;
 static PyObject *Ledger;
@@ -292,7 +292,7 @@ static PyObject *
 py_caller_location(PyObject *module, PyObject *unused)
 {
     if (LocationType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "tilesafe.exec._hotpath: setup_callsite() first");
+        PyErr_SetString(PyExc_RuntimeError, "tilesafe.launch._hotpath: setup_callsite() first");
         return NULL;
     }
     return caller_location();
@@ -391,7 +391,7 @@ release(PyObject *loan)
     return 0;  /* already released */
 }
 
-/* runtime.allocation.release_all */
+/* driver.ledger.release_all */
 static int
 release_all(PyObject *loans)
 {
@@ -417,7 +417,7 @@ holder_of(PyObject *kernel_name)
     return PyErr_Occurred() ? NULL : PyObject_CallOneArg(HolderFn, kernel_name);
 }
 
-/* runtime.launch._shared_or_new_loans (called with the ledger held): the loans kept in
+/* driver.ledger.shared_or_new_loans (called with the ledger held): the loans kept in
  * ``owner``'s slot at ``stream_loans_at`` (a (stream, loans) pair) when they are of ``stream``
  * and all live, one more use each; else new loans of ``borrows``, kept there. ``holder``
  * (borrowed) names the work, or NULL: the holder of ``kernel``'s launches. A new list. */
@@ -502,7 +502,7 @@ shared_or_new_loans(PyObject *owner, Py_ssize_t stream_loans_at, PyObject *borro
     return loans;
 }
 
-/* runtime.launch._plan_loans (called with the ledger held). A new list. */
+/* launch.checks._plan_loans (called with the ledger held). A new list. */
 static PyObject *
 plan_loans(PyObject *plan, PyObject *kernel, PyObject *where, PyObject *stream)
 {
@@ -545,7 +545,7 @@ replay_lend(PyObject *borrows, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- Kernel.__call__ ------------------------------------------------------------------- */
 
-/* The plan cached under the key (ids of args, None) -- runtime.launch._prepare's key for a
+/* The plan cached under the key (ids of args, None) -- launch.checks._prepare's key for a
  * launch without an explicit grid -- found by comparing ids, without building the key. A
  * borrowed reference, or NULL. */
 static PyObject *
@@ -712,7 +712,7 @@ is_cuda(PyObject *device)
     return cuda;
 }
 
-/* runtime.launch.recover with spend=True, for a launch that has a plan */
+/* launch.checks.recover with spend=True, for a launch that has a plan */
 static int
 recover(PyObject *prepared, PyObject *stream)
 {
@@ -754,7 +754,7 @@ recover(PyObject *prepared, PyObject *stream)
 
 /* The packed launch of a prepared cuda launch ready to enqueue from here (a borrowed
  * reference), or NULL with no error set when the Python path must run it. ``thread_index``:
- * runtime.cuda._THREAD.index when the caller knows it (borrowed), else NULL. */
+ * driver.cuda._THREAD.index when the caller knows it (borrowed), else NULL. */
 static PyObject *
 ready_packed(PyObject *prepared, PyObject *stream, PyObject *thread_index, int *failed)
 {
@@ -777,13 +777,10 @@ ready_packed(PyObject *prepared, PyObject *stream, PyObject *thread_index, int *
         *failed = cuda < 0;
         return NULL;
     }
-    PyObject *backend = get(plan, plan_backend);
-    PyObject *packed = PyDict_Check(backend) ? PyDict_GetItemWithError(backend, s_packed) : NULL;
-    if (packed == NULL || Py_TYPE(packed) != PackedType) {
-        *failed = PyErr_Occurred() != NULL;
+    PyObject *packed = get(plan, plan_bound);
+    if (Py_TYPE(packed) != PackedType)
         return NULL;
-    }
-    /* the device's context must be current on this thread (runtime.cuda.launch_packed) */
+    /* the device's context must be current on this thread (driver.cuda.launch_packed) */
     PyObject *index = thread_index;
     if (index != NULL)
         Py_INCREF(index);
@@ -800,7 +797,7 @@ ready_packed(PyObject *prepared, PyObject *stream, PyObject *thread_index, int *
     return packed;
 }
 
-/* getattr(runtime.cuda._DRIVER_CALLS, name): its calls are instance attributes (a class
+/* getattr(driver.cuda._DRIVER_CALLS, name): its calls are instance attributes (a class
  * __getattr__ chooses them on first use), so the instance dict is looked at first. */
 static PyObject *
 driver_call(PyObject *name)
@@ -939,7 +936,7 @@ launch_execute(PyObject *op, PyObject *stream)
     return result;
 }
 
-/* runtime.cuda._CONTEXT_SWITCHES[0]: bumped by make_current */
+/* driver.cuda._CONTEXT_SWITCHES[0]: bumped by make_current */
 static long
 context_switches(void)
 {
@@ -959,10 +956,17 @@ only_enqueues(PyObject *op, PyObject *stream)
         PyObject *plan = get(early, pl_plan);
         if (Py_TYPE(plan) != PlanType)
             return 0;
-        PyObject *backend = get(plan, plan_backend);
-        if (!PyDict_Check(backend))
+        PyObject *bound = get(plan, plan_bound);
+        if (Py_TYPE(bound) == PackedType)
+            return 1;
+        if (bound == Py_None)
             return 0;
-        return PyDict_Contains(backend, s_packed);
+        PyObject *flag = PyObject_GetAttr(bound, s_enqueues_only);
+        if (flag == NULL)
+            return -1;
+        int yes = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        return yes;
     }
     int pending = PyObject_IsInstance(op, DeviceOpType);
     if (pending <= 0)
@@ -1095,7 +1099,7 @@ chain_enqueue_while(PyObject *chain, PyObject *stream)
 
 static PyObject *last_pool_device, *last_pool_key;  /* the pool key of the last device */
 
-/* exec.stream.next_stream: the next stream of a full pool, keyed by (kind, index) */
+/* driver.stream.next_stream: the next stream of a full pool, keyed by (kind, index) */
 static PyObject *
 next_stream(PyObject *device)
 {
@@ -1369,7 +1373,7 @@ intern(PyObject **out, const char *text)
 PyDoc_STRVAR(setup_doc,
 "setup(config)\n\n"
 "Hand over the classes, functions and state the compiled path works on (a dict; see\n"
-"exec/hotpath.py). Checks that every slot it touches is a __slots__ member.");
+"launch/hotpath.py). Checks that every slot it touches is a __slots__ member.");
 
 static PyObject *
 setup(PyObject *module, PyObject *config)
@@ -1387,7 +1391,7 @@ setup(PyObject *module, PyObject *config)
         intern(&s_launch, "launch") || intern(&s_launch_count, "launch_count") ||
         intern(&s_run_prepared, "_run_prepared") || intern(&s_synchronize, "synchronize") ||
         intern(&s_native_address, "native_address") || intern(&s_kind, "kind") ||
-        intern(&s_packed, "packed") || intern(&s_driven, "driven") ||
+        intern(&s_enqueues_only, "enqueues_only") || intern(&s_driven, "driven") ||
         intern(&s_consume, "_consume") || intern(&s_only_enqueues, "_only_enqueues") ||
         intern(&s_then_how, "extended with .then()") || intern(&s_spend, "_spend") ||
         intern(&s_spend_why, "was borrowed by a launch that completed") ||
@@ -1461,7 +1465,7 @@ setup(PyObject *module, PyObject *config)
         {"device", &pl_device}, {"plan", &pl_plan}, {NULL, NULL}};
     const SlotName plan[] = {{"args", &plan_args}, {"epoch", &plan_epoch},
         {"specialization", &plan_spec}, {"grid", &plan_grid}, {"device", &plan_device},
-        {"borrows", &plan_borrows}, {"backend", &plan_backend},
+        {"borrows", &plan_borrows}, {"bound", &plan_bound},
         {"borrowed_partitions", &plan_borrowed}, {"stream_loans", &plan_stream_loans},
         {NULL, NULL}};
     const SlotName loan[] = {{"allocation", &loan_allocation}, {"lo", &loan_lo},
@@ -1544,7 +1548,7 @@ method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (!ready) {
-        PyErr_SetString(PyExc_RuntimeError, "tilesafe.exec._hotpath: setup() first");
+        PyErr_SetString(PyExc_RuntimeError, "tilesafe.launch._hotpath: setup() first");
         return NULL;
     }
     for (PyMethodDef *const *def = installable; *def != NULL; def++) {
@@ -1566,8 +1570,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "tilesafe.exec._hotpath",
-    "The repeated-launch path in C (see exec/hotpath.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "tilesafe.launch._hotpath",
+    "The repeated-launch path in C (see launch/hotpath.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

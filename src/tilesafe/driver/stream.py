@@ -5,7 +5,12 @@ A :class:`Stream` belongs to one device. tilesafe owns its streams or wraps a fo
 (anything with ``__cuda_stream__``, e.g. torch or cupy streams, or a raw handle). Drivers
 without an explicit stream take one from the device's pool, round-robin
 (:func:`next_stream`). On the ``cpu`` device work runs when it is enqueued, so a stream is an
-ordering label and an :class:`Event` completes as soon as it is recorded.
+ordering label and an :class:`Event` completes as soon as it is recorded (the device's
+platform, ``driver.platform``, says which).
+
+A stream also keeps the loans of the work enqueued on it until it is synchronized: that is
+where the host learns the work is complete. This module also holds the thread's *current*
+stream (that of the pipeline running on the thread). It imports only the driver package.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import itertools
 import threading
 from typing import Any, Optional
 
-from ..runtime import cuda
-from ..runtime.allocation import release_all
-from ..runtime.device import Device, as_device
+from .device import Device, as_device
+from .ledger import release_all
+from .platform import Platform, platform_of
 
 POOL_SIZE = 4
 
@@ -31,7 +36,7 @@ class Stream:
     """
 
     __slots__ = ("device", "id", "foreign", "handle", "_native", "_native_address", "_pending",
-                 "_spent", "__dict__")
+                 "_spent", "_platform", "__dict__")
     _ids = itertools.count()
 
     def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):
@@ -43,6 +48,7 @@ class Stream:
         self._native_address: Optional[int] = None
         self._pending: list = []
         self._spent: list = []
+        self._platform: Platform = platform_of(self.device)
 
     def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
         """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
@@ -55,12 +61,10 @@ class Stream:
 
     @property
     def native(self) -> Any:
-        """The cuda.core stream behind a ``cuda:N`` stream (created on first use)."""
+        """The native stream behind this one (a cuda.core stream for ``cuda:N``; created on
+        first use). A ``cpu`` stream has none (TypeError)."""
         if self._native is None:
-            if self.device.kind != "cuda":
-                raise TypeError(f"a {self.device} stream has no CUDA stream")
-            from ..runtime import cuda
-            self._native = cuda.new_stream(self.device.index, self.foreign)
+            self._native = self._platform.native_stream(self.device, self.foreign)
         return self._native
 
     @property
@@ -85,12 +89,11 @@ class Stream:
         covers that work is undefined, so its loans stay until the next synchronize."""
         pending, self._pending = self._pending, []
         spent, self._spent = self._spent, []
-        if self.device.kind == "cuda":
-            try:
-                cuda.synchronize(self.native_address)
-            except BaseException:
-                self._pending[:0], self._spent[:0] = pending, spent  # still pending
-                raise
+        try:
+            self._platform.synchronize(self)
+        except BaseException:
+            self._pending[:0], self._spent[:0] = pending, spent  # still pending
+            raise
         release_all(pending)
         for partition, where in spent:
             partition._spend("was borrowed by a launch that completed", where)
@@ -122,9 +125,8 @@ class Event:
 
     def record(self, stream: Stream) -> "Event":
         """Mark the current end of ``stream``'s work (cpu: already complete)."""
-        if stream.device.kind == "cuda":
-            self._native = stream.native.record()
-        else:
+        self._native = platform_of(stream.device).record_event(stream)
+        if self._native is None:
             self._done.set()
         return self
 
@@ -141,7 +143,7 @@ class Event:
 
     def wait(self, stream: Stream) -> None:
         """Make later work on ``stream`` wait for this event (cpu: nothing to wait for)."""
-        if self._native is not None and stream.device.kind == "cuda":
+        if self._native is not None and platform_of(stream.device).asynchronous:
             stream.native.wait(self._native)
 
 

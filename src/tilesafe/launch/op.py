@@ -3,7 +3,8 @@
 A launch whose arguments are all concrete is validated when it is created and borrows its
 arguments until it completes (or is dropped undriven, or recorded into a graph, which gives the
 loans back: each replay borrows for as long as it runs). A launch taking pending DeviceOps as
-arguments drives them first, on the same stream, then validates.
+arguments drives them first, on the same stream, then validates. A recorded launch is a
+:class:`KernelNode` of a graph (``deviceops.graph``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,20 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .._callsite import caller_location
+from ..deviceops.deviceop import DeviceOp, resolve
+from ..driver.ledger import release_all
+from ..driver.stream import Stream, current_stream, next_stream
 from ..errors import Location
-from ..runtime.allocation import release_all
-from ..runtime.launch import PreparedLaunch, prepare
-from .deviceop import DeviceOp, resolve
-from .stream import Stream, current_stream, next_stream
+from .checks import PreparedLaunch, prepare, replay_borrows
+
+
+class _CaptureStream:
+    """The stream a graph is being captured on, as a bound launch sees it."""
+
+    __slots__ = ("native_address",)
+
+    def __init__(self, handle: int):
+        self.native_address = handle
 
 
 class KernelNode:
@@ -30,10 +40,25 @@ class KernelNode:
         self._validated = PreparedLaunch(prepared.specialization, prepared.grid, prepared.args,
                                          [], where, prepared.device, prepared.plan)
 
+    @property
+    def borrow_key(self) -> tuple:
+        """Equal for launches of the same argument objects (they borrow the same memory)."""
+        return tuple(map(id, self.args))
+
+    @property
+    def launch_counter(self) -> Any:
+        """The kernel, whose ``launch_count`` counts replays."""
+        return self.kernel
+
+    def borrows(self) -> list:
+        """What a replay borrows: ``(argument, action, allocation, lo, hi, mutable)`` for every
+        argument that touches memory."""
+        return replay_borrows(self.kernel.params, self.args)
+
     def capture(self, builder: Any) -> None:
-        """Add this launch to a CUDA graph being built (no loans: each replay checks and
+        """Add this launch to a native graph being built (no loans: each replay checks and
         borrows the arguments before the graph runs)."""
-        self.kernel._launch_gpu(self._validated, int(builder.stream.handle))
+        self.kernel._bound(self._validated).launch(_CaptureStream(int(builder.stream.handle)))
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
@@ -95,7 +120,8 @@ class LaunchOp(DeviceOp[tuple]):
         and already packed for the driver: running it is one enqueue."""
         early = self._early
         return early is not None and self._early_stream in (None, stream) and \
-            early.plan is not None and "packed" in early.plan.backend
+            early.plan is not None and early.plan.bound is not None and \
+            early.plan.bound.enqueues_only
 
     def __del__(self) -> None:
         # an op dropped without being driven (or recorded) gives its loans back

@@ -1,10 +1,10 @@
-"""Allocations and the loans on them: who may touch which bytes right now.
+"""The ownership ledger: allocations and the loans on them, who may touch which bytes now.
 
 An :class:`Allocation` is one block of device memory (on ``cpu``, a 1-D numpy array of the
 storage dtype). Tensors are typed, strided views of an allocation. Work that is created but not
 yet complete (a pending DeviceOp, a borrowed partition) holds :class:`Loan` s on the byte
 ranges it may touch: *shared* loans for inputs, *mutable* loans for outputs. While a loan
-lasts, DESIGN.md's rule 8 applies:
+lasts:
 
 * reading bytes under a mutable loan raises :class:`~tilesafe.errors.BorrowError`;
 * writing, or lending mutably, bytes under any loan raises it too.
@@ -17,6 +17,10 @@ footprint ``[lowest, highest]`` of a view.
 Threads (awaited pipelines run on waiter threads) share the loans, so every ownership step
 holds :data:`LEDGER` from its checks to its effect: a launch's checks and loans, the end of
 loans, a move, a spend, and a host access until its data has moved.
+
+Loans are taken by :func:`take_loans` (check, then lend) and, for work repeated on one stream,
+:func:`shared_or_new_loans`; they end through :func:`release_all`. This module imports only
+``errors`` and ``driver.device`` (and the compiled lock, ``driver._ledger``).
 """
 
 from __future__ import annotations
@@ -112,10 +116,10 @@ class Allocation:
 
 
 def _ledger_lock() -> Any:
-    """The C re-entrant lock of ``runtime/_ledger.c`` when it was built (the compiled launch
+    """The C re-entrant lock of ``driver/_ledger.c`` when it was built (the compiled launch
     path takes it without a Python call), else ``threading.RLock``;
     ``TILESAFE_COMPILED_PATH=0`` keeps the latter."""
-    compiled = _compiled.built("tilesafe.runtime._ledger") if _compiled.wanted() else None
+    compiled = _compiled.built("tilesafe.driver._ledger") if _compiled.wanted() else None
     return compiled.Ledger() if compiled is not None else threading.RLock()
 
 
@@ -145,3 +149,35 @@ def release_all(loans: list[Loan]) -> None:
         loans.clear()
     finally:
         LEDGER.release()
+
+
+def take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list[Loan]:
+    """Check every borrow ``(allocation, lo, hi, mutable, action)`` against the loans of
+    pending work, then lend them all (the caller holds :data:`LEDGER`)."""
+    for alloc, lo, hi, mutable, action in borrows:
+        if alloc.loans:
+            alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
+    return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
+            for alloc, lo, hi, mutable, _ in borrows]
+
+
+def shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
+                        stream: Any) -> list[Loan]:
+    """The loans of repeated work whose last loans on a stream ``owner.stream_loans`` keeps.
+    When that work on this same stream still holds all its loans, the new work shares them
+    (one more use each) without checking again: while those loans live, no conflicting loan
+    can have been taken (work on other streams and the host are refused by them), and the
+    caller has seen the ownership epoch unchanged. Else new loans of ``borrows``."""
+    last_stream, loans = owner.stream_loans
+    if stream is not None and last_stream is stream and loans:
+        for loan in loans:
+            if loan.count <= 0:
+                break
+        else:
+            for loan in loans:
+                loan.count += 1
+            return list(loans)
+    loans = take_loans(borrows, holder, where, stream)
+    if stream is not None:
+        owner.stream_loans = (stream, tuple(loans))
+    return loans

@@ -1,8 +1,8 @@
-/* tilesafe.runtime._ledger: the ownership ledger's lock (runtime.allocation.LEDGER) in C.
+/* tilesafe.driver._ledger: the ownership ledger's lock (driver.ledger.LEDGER) in C.
  *
  * A re-entrant lock with the interface of threading.RLock that tilesafe uses (acquire(),
  * release(), the context manager protocol), whose acquire and release take no arguments to
- * parse, and whose state the compiled launch path (exec/_hotpath.c) takes without a Python
+ * parse, and whose state the compiled launch path (launch/_hotpath.c) takes without a Python
  * call: every launch takes it once. Python's stable ABI; without a C compiler allocation.py
  * uses threading.RLock.
  *
@@ -127,7 +127,7 @@ static PyMethodDef ledger_methods[] = {
 };
 
 static PyType_Slot ledger_slots[] = {
-    {Py_tp_doc, "The ownership ledger's re-entrant lock (see runtime.allocation.LEDGER)."},
+    {Py_tp_doc, "The ownership ledger's re-entrant lock (see driver.ledger.LEDGER)."},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_init, ledger_init},
     {Py_tp_dealloc, ledger_dealloc},
@@ -136,10 +136,10 @@ static PyType_Slot ledger_slots[] = {
 };
 
 static PyType_Spec ledger_spec = {
-    "tilesafe.runtime._ledger.Ledger", sizeof(Ledger), 0, Py_TPFLAGS_DEFAULT, ledger_slots,
+    "tilesafe.driver._ledger.Ledger", sizeof(Ledger), 0, Py_TPFLAGS_DEFAULT, ledger_slots,
 };
 
-/* For exec/_hotpath.c: the C functions behind acquire and release. */
+/* For launch/_hotpath.c: the C functions behind acquire and release. */
 static PyObject *
 ledger_functions(PyObject *module, PyObject *unused)
 {

@@ -7,19 +7,21 @@ partition is spent and ``t`` is usable again. (A launch that is rejected borrows
 partition can be passed again.) The grid of a launch is the tile grid:
 ``ceil(extent / tile)`` per axis, so every element belongs to exactly one tile (edge tiles are
 partial and masked on the device).
+
+Partitions know the tensor they cut only through its methods (``host.tensor`` builds on this
+module): this module imports the driver's ledger and ``shapes``, nothing else of the host.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..errors import Location, MovedError, PartitionError
 from .._callsite import caller_location
-from ..compiler.ops.memory import tile_grid
-from .allocation import LEDGER, bump_ownership_epoch
-from .tensor import Tensor
+from ..driver.ledger import LEDGER, bump_ownership_epoch
+from ..errors import Location, MovedError, PartitionError
+from ..shapes import tile_grid
 
 
 class Partition:
@@ -27,8 +29,8 @@ class Partition:
 
     __slots__ = ("_tensor", "tile_shape", "_spent_at", "_spent_why", "_borrowed_from")
 
-    def __init__(self, tensor: Tensor, tile_shape: "int | Sequence[int]", *,
-                 borrowed_from: Optional[Tensor] = None):
+    def __init__(self, tensor: Any, tile_shape: "int | Sequence[int]", *,
+                 borrowed_from: Optional[Any] = None):
         tile = (tile_shape,) if isinstance(tile_shape, (int, np.integer)) else tuple(tile_shape)
         if any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 1
                for t in tile):
@@ -84,7 +86,7 @@ class Partition:
             self._spent_why = why
             bump_ownership_epoch()
 
-    def unpartition(self) -> Tensor:
+    def unpartition(self) -> Any:
         """End the partition and return the whole tensor (the partition is consumed).
 
         For a borrowed partition this returns the borrowed tensor.
@@ -162,7 +164,7 @@ class BorrowMut:
 
     __slots__ = ("_tensor",)
 
-    def __init__(self, tensor: Tensor):
+    def __init__(self, tensor: Any):
         self._tensor = tensor
 
     def partition(self, tile_shape: "int | Sequence[int]") -> Partition:
@@ -170,14 +172,4 @@ class BorrowMut:
         borrows the tensor exclusively until it completes."""
         t = self._tensor
         t._check_access("borrow this tensor mutably", write=True, in_pipeline=True)
-        inner = Tensor(t._alloc, t.shape, t.dtype, offset=t._offset, strides=t.strides)
-        return Partition(inner, tile_shape, borrowed_from=t)
-
-
-def borrow_mut(tensor: Tensor) -> BorrowMut:
-    """Borrow ``tensor`` exclusively: ``ts.borrow_mut(t).partition(tile_shape)`` gives a
-    partition that writes ``t`` in place; ``t`` is usable again once that launch completes."""
-    if not isinstance(tensor, Tensor):
-        raise TypeError(f"borrow_mut takes a tilesafe Tensor, got {type(tensor).__name__}")
-    tensor._check_usable("borrow it")
-    return BorrowMut(tensor)
+        return Partition(t._alias(), tile_shape, borrowed_from=t)

@@ -1,38 +1,40 @@
 """Copies between tensors, as lazy DeviceOps: ``t.clone()``, ``t.to(device)``, ``t.copy_(src)``.
 
 A copy reads its source (a shared access) and writes its destination (an exclusive one), under
-the same borrow rules as a kernel launch.
+the same borrow rules as a kernel launch. ``t.copy_(src)`` is graph-safe (its node replays).
+
+``host.tensor`` builds on this module, so tensors are used here through their methods only;
+this module imports the DeviceOp machinery and the driver.
 """
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import numpy as np
 
-from ..errors import ArgumentError
-from ..exec.deviceop import DeviceOp
 from .._callsite import caller_location
-from .allocation import LEDGER
-from .device import Device, as_device
-from .factory import from_values
-from .memory import write
-from .tensor import Tensor
+from ..deviceops.deviceop import DeviceOp
+from ..driver.device import Device, as_device
+from ..driver.ledger import LEDGER
+from ..errors import ArgumentError, Location
 
 
-def clone(source: Tensor, device: "Device | str | None" = None) -> DeviceOp[Tensor]:
+def clone(source: Any, device: "Device | str | None" = None) -> DeviceOp:
     """A contiguous copy of ``source`` on ``device`` (default: the source's device)."""
     target = source.device if device is None else as_device(device)
     source._check_usable("copy it")
 
-    def run(stream) -> Tensor:
-        return from_values(source.numpy(), source.dtype, target)
+    def run(stream) -> Any:
+        return type(source).from_values(source.numpy(), source.dtype, target)
     return DeviceOp(run, f"clone({source.shape}, to={target})", target)
 
 
-def copy_into(destination: Tensor, source: Tensor) -> DeviceOp[Tensor]:
+def copy_into(destination: Any, source: Any) -> DeviceOp:
     """Copy ``source`` into ``destination`` (same shape and dtype); the op yields
     ``destination``."""
     where = caller_location()
-    if not isinstance(source, Tensor):
+    if not isinstance(source, type(destination)):
         raise ArgumentError("copy_ needs a tilesafe Tensor as its source", where)
     if source.shape != destination.shape or source.dtype is not destination.dtype:
         raise ArgumentError(f"copy_: source {source.shape} {source.dtype.short} does not match "
@@ -43,17 +45,21 @@ def copy_into(destination: Tensor, source: Tensor) -> DeviceOp[Tensor]:
 
 
 class CopyNode:
-    """A copy between two existing tensors: graph-safe, replayable."""
+    """A copy between two existing tensors: graph-safe, replayable (on the host: it is not
+    captured into a native graph)."""
 
-    def __init__(self, destination: Tensor, source: Tensor):
+    def __init__(self, destination: Any, source: Any, where: Optional[Location] = None):
         self.destination, self.source = destination, source
+        self.where = where
+        self.device = destination.device
         self.label = f"copy_({destination.shape}, {destination.dtype.short})"
 
-    def replay(self, stream=None) -> Tensor:
+    def replay(self, stream=None) -> Any:
         values = self.source.numpy()
         with LEDGER:  # no launch may start on it until the copy is written
             self.destination._check_access("write this tensor", write=True)
-            write(self.destination, self.destination.dtype.to_storage(np.asarray(values)))
+            self.destination._write_storage(
+                self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
 
     def compatible(self, other) -> "str | None":
@@ -65,13 +71,13 @@ class CopyNode:
         return None
 
 
-class CopyOp(DeviceOp[Tensor]):
+class CopyOp(DeviceOp):
     """The lazy copy made by ``t.copy_(source)``; the result is ``t``."""
 
     __slots__ = ("_node",)
 
-    def __init__(self, destination: Tensor, source: Tensor):
-        self._node = CopyNode(destination, source)
+    def __init__(self, destination: Any, source: Any):
+        self._node = CopyNode(destination, source, caller_location())
         super().__init__(self._node.replay, self._node.label, destination.device)
 
     def graph_nodes(self):

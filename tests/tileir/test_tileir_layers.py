@@ -3,7 +3,7 @@
 ``backends/tileir/bytecode`` is a standalone encoder: its modules import only each other (by
 relative imports that stay inside the package), the standard library and numpy. The lowering
 in ``backends/tileir/lower`` may use the compiler, dtypes, errors and the encoder, but nothing
-of the runtime/host side (``tilesafe.runtime``, ``tilesafe.exec``) nor the driver and toolchain
+of the host side (``tilesafe.driver``, ``tilesafe.host``, ``tilesafe.launch``) nor the toolchain
 modules of ``backends/tileir`` that build on it.
 """
 
@@ -19,8 +19,8 @@ import tilesafe.backends.tileir as tileir_package
 
 TILEIR = Path(tileir_package.__file__).parent
 TILEIR_NAME = "tilesafe.backends.tileir"
-DRIVER_MODULES = ("tileiras", "cache", "jit", "executable", "facts")
-LOWER_FORBIDDEN = ("tilesafe.runtime", "tilesafe.exec",
+DRIVER_MODULES = ("tileiras", "cache", "backend", "executable", "facts")
+LOWER_FORBIDDEN = ("tilesafe.driver", "tilesafe.host", "tilesafe.launch", "tilesafe.deviceops",
                    *(f"{TILEIR_NAME}.{name}" for name in DRIVER_MODULES))
 
 
@@ -59,7 +59,7 @@ def bytecode_violations(source: str) -> list[tuple[int, str]]:
 
 
 def lower_violations(source: str) -> list[tuple[int, str]]:
-    """The imports of a ``lower`` module of the runtime/host side or of the driver modules."""
+    """The imports of a ``lower`` module of the host side or of the toolchain modules."""
     return [(line, module) for line, module in imported_modules(source, f"{TILEIR_NAME}.lower")
             if module.startswith(".") or any(_inside(module, f) for f in LOWER_FORBIDDEN)]
 
@@ -75,7 +75,7 @@ def test_bytecode_imports_nothing_of_tilesafe_outside_itself():
     assert _violations("bytecode", bytecode_violations) == {}
 
 
-def test_lower_imports_neither_runtime_nor_exec_nor_the_driver():
+def test_lower_imports_neither_the_host_side_nor_the_toolchain():
     assert _violations("lower", lower_violations) == {}
 
 
@@ -99,18 +99,18 @@ from tilesafe.errors import CompileError
 FORBIDDEN = {
     bytecode_violations: """\
 from ...errors import CompileError
-from .. import jit
+from .. import backend
 from ..lower import lower_kernel
 import tilesafe.dtypes
 def f(): from tilesafe import errors
 """,
     lower_violations: """\
-from ....runtime import cuda
-from .... import exec
+from ....driver import cuda
+from .... import host
 from .. import facts
 from ..tileiras import assemble
-def f(): import tilesafe.exec.deviceop
-from tilesafe.backends.tileir.jit import cubin_for
+def f(): import tilesafe.deviceops.deviceop
+from tilesafe.backends.tileir.backend import TileIRBackend
 """,
 }
 

@@ -13,29 +13,84 @@ never depends on an address that could change. Recording consumes the op: its ar
 borrowed by each replay while it runs, not while the graph merely exists. ``graph.update(...)``
 swaps in new arguments of the same kinds, dtypes and shapes. On the ``cpu`` device a graph is
 the recorded list of nodes, replayed in order.
+
+Graphs hold any graph-safe DeviceOp's nodes (:class:`GraphNode`: kernel launches, copies), so
+this module knows DeviceOps and the driver, nothing of tensors or kernels: a node says what a
+replay borrows.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, Sequence
 
 from .._callsite import caller_location
-from ..errors import DeviceOpError
-from ..runtime import cuda
-from ..runtime.launch import ReplayBorrows
+from ..driver import cuda
+from ..driver.ledger import _EPOCH, LEDGER, Loan, shared_or_new_loans
+from ..driver.stream import Stream, next_stream
+from ..errors import DeviceOpError, Location
 from .deviceop import DeviceOp
-from .stream import Stream, next_stream
 
 
 class GraphNode(Protocol):
-    """A replayable unit of work (a kernel launch with fixed arguments, a copy)."""
+    """A replayable unit of work (a kernel launch with fixed arguments, a copy).
+
+    A node that can also be captured into one native graph launch has ``capture(builder)``,
+    ``borrow_key`` (equal for nodes that borrow the same memory the same way), ``borrows()``
+    (what a replay borrows: ``(item, action, allocation, lo, hi, mutable)``, ``item`` being
+    the argument object checked for moves) and ``launch_counter`` (an object whose
+    ``launch_count`` counts its replays, or None)."""
 
     label: str
+    where: Location
 
     def replay(self, stream: Stream) -> None: ...
 
     def compatible(self, other: "GraphNode") -> Optional[str]:
         """None if ``other`` can replace this node in an instantiated graph, else why not."""
+
+
+class ReplayBorrows:
+    """What every replay of a captured graph borrows, worked out once when the graph is
+    captured: the argument objects to check for moves and spends (each with the action an
+    error names), and each distinct byte range once, mutable if any node writes it. Views never
+    change their footprint, so only the checks run per replay."""
+
+    __slots__ = ("usable", "borrows", "checked_epoch", "stream_loans")
+
+    def __init__(self, nodes: Sequence[Any]):
+        usable: dict[int, tuple[Any, str]] = {}
+        wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
+        for node in nodes:
+            for item, action, alloc, lo, hi, mutable in node.borrows():
+                usable.setdefault(id(item), (item, action))
+                prev = wanted.get((id(alloc), lo, hi))
+                wanted[(id(alloc), lo, hi)] = (alloc, lo, hi,
+                                               mutable or (prev[3] if prev else False))
+        self.usable = list(usable.values())
+        self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
+        self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
+        self.stream_loans: tuple[Any, tuple] = (None, ())  # the last replay's stream, loans
+
+    @property
+    def ranges(self) -> list[tuple[Any, int, int, bool]]:
+        """``(allocation, lo, hi, mutable)`` of each distinct byte range."""
+        return [borrow[:4] for borrow in self.borrows]
+
+    def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
+        """Check that the arguments are still usable (not moved, not borrowed by other pending
+        work) and lend each distinct byte range once, for one replay on ``stream``. As with a
+        repeated launch, the checks of moves are skipped while the ownership epoch is that of
+        the last checks, and a replay shares the live loans of a previous replay on the same
+        stream (``driver.ledger.shared_or_new_loans``)."""
+        LEDGER.acquire()
+        try:
+            if self.checked_epoch != _EPOCH[0]:
+                for item, action in self.usable:
+                    item._check_usable(action)
+                self.checked_epoch = _EPOCH[0]
+            return shared_or_new_loans(self, self.borrows, holder, where, stream)
+        finally:
+            LEDGER.release()
 
 
 class CudaGraph:
@@ -54,6 +109,14 @@ class CudaGraph:
     def scope(cls, stream: Optional[Stream] = None) -> "CudaGraph":
         """A graph to record into with ``with ... as graph: graph.record(op)``."""
         return cls(stream)
+
+    @classmethod
+    def capture(cls, op: DeviceOp, stream: Optional[Stream] = None) -> "CudaGraph":
+        """A graph of the single op ``op`` (recorded, not run), replayed on ``stream`` or,
+        by default, on the device's pool."""
+        with cls.scope(stream) as graph:
+            graph.record(op)
+        return graph
 
     def __enter__(self) -> "CudaGraph":
         if self._ready or self._recording:
@@ -95,7 +158,7 @@ class CudaGraph:
 
     def _run_on(self, stream: Stream) -> None:
         """Replay every node on ``stream`` (one CUDA graph launch when all can be captured)."""
-        if stream.device.kind == "cuda" and self._capturable():
+        if stream._platform.captures_graphs and self._capturable():
             self._replay_captured(stream)
             return
         for node in self.nodes:
@@ -113,17 +176,17 @@ class CudaGraph:
         """Replay as one CUDA graph launch: the nodes are captured once (again after an
         ``update``, which then updates the executable graph in place); each replay checks and
         borrows every argument once, then launches the whole graph."""
-        from ..runtime import cuda
         if self._captured_nodes is not self.nodes:
             builder = cuda.graph_builder(stream.native)
             for node in self.nodes:
                 node.capture(builder)
             distinct = {}
-            for n in self.nodes:  # one representative launch per distinct argument tuple
-                distinct.setdefault(tuple(map(id, n.args)), (n.kernel, n.args))
+            for n in self.nodes:  # one representative node per distinct set of borrows
+                distinct.setdefault(n.borrow_key, n)
             per_kernel: dict = {}
             for n in self.nodes:
-                per_kernel[n.kernel] = per_kernel.get(n.kernel, 0) + 1
+                if n.launch_counter is not None:
+                    per_kernel[n.launch_counter] = per_kernel.get(n.launch_counter, 0) + 1
             previous = self._captured[0] if self._captured is not None else None
             graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
             self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),

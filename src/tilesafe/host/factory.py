@@ -1,7 +1,8 @@
 """Tensor constructors. Each returns a lazy DeviceOp that allocates and fills when driven.
 
 Random constructors are seeded (``seed=None`` draws a fresh seed) and use numpy's PCG64, so a
-seed gives the same values on every device.
+seed gives the same values on every device. A new constructor is one function here (and its
+name in ``tilesafe/__init__.py``).
 """
 
 from __future__ import annotations
@@ -11,24 +12,20 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import dtypes as dt
+from ..deviceops.deviceop import DeviceOp
+from ..driver.device import Device, as_device
 from ..dtypes import DType
-from ..exec.deviceop import DeviceOp
-from .memory import from_host
-from .device import Device, as_device
-from .tensor import Tensor, normalize_shape
+from ..shapes import normalize_shape
+from .tensor import Tensor
 
 Shape = "int | Sequence[int]"
 DeviceLike = "Device | str | None"
 
 
-def from_values(values: np.ndarray, dtype: DType, device: Device) -> Tensor:
-    """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
-    return from_host(dtype.to_storage(dtype.round(values)), dtype, device)
-
-
 def _lazy(label: str, dtype: Any, device: DeviceLike, make_values) -> DeviceOp[Tensor]:
     dtype, dev = dt.as_dtype(dtype), as_device(device)
-    return DeviceOp(lambda stream: from_values(make_values(dtype), dtype, dev), label, dev)
+    return DeviceOp(lambda stream: Tensor.from_values(make_values(dtype), dtype, dev), label,
+                    dev)
 
 
 def _wide(dtype: DType):

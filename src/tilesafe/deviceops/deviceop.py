@@ -6,27 +6,31 @@ Nothing runs until the op is *driven*, in one of three modes:
   block until complete;
 * ``await op`` — run without blocking the asyncio event loop; other coroutines progress while
   the work is in flight;
-* ``op.graph()`` or ``ts.CudaGraph.scope(...)`` — capture into a replayable graph.
+* ``ts.CudaGraph.capture(op)`` or ``ts.CudaGraph.scope(...)`` — record into a replayable graph
+  (``deviceops.graph``).
 
 An op runs once (driving it again raises :class:`~tilesafe.errors.DeviceOpError`) unless it is
 ``.shared()``. Ops compose without running: ``then``, ``map``, :func:`zip`, ``partition``.
 Everything an op does happens on one stream, in order, with no host synchronization between
 composed steps. On the ``cpu`` device work completes when it runs.
+
+This module imports only the driver package (streams, the ledger) and ``deviceops.awaiting``:
+it knows nothing of tensors or kernels. A result that must become read-only when shared says
+so itself (an object with ``_mark_shared(where)``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
-import time
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
 from .._callsite import caller_location
+from ..driver.device import Device
+from ..driver.ledger import LEDGER, bump_ownership_epoch
+from ..driver.stream import Stream, next_stream, set_current_stream
 from ..errors import DeviceOpError, Location
-from ..runtime import cuda
-from ..runtime.device import Device
-from .stream import Stream, next_stream, set_current_stream
+from .awaiting import await_on_loop, waiters
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -101,11 +105,11 @@ class DeviceOp(Generic[T]):
     async def _run_async(self) -> T:
         stream = self._default_stream()
         where = caller_location()  # the awaiting coroutine's line
-        if stream.device.kind == "cuda":
-            return await _await_on_loop(self, stream, where)
-        # On the cpu device work completes as it runs: it runs off the event loop, on
-        # tilesafe's own long-lived waiter threads, and the loop keeps serving other coroutines.
-        return await asyncio.get_running_loop().run_in_executor(_waiters(), self._drive, stream,
+        if stream._platform.asynchronous:
+            return await await_on_loop(self, stream, where)
+        # Where work completes as it runs (cpu), it runs off the event loop, on tilesafe's own
+        # long-lived waiter threads, and the loop keeps serving other coroutines.
+        return await asyncio.get_running_loop().run_in_executor(waiters(), self._drive, stream,
                                                                 where)
 
     def _only_enqueues(self, stream: Stream) -> bool:
@@ -155,19 +159,9 @@ class DeviceOp(Generic[T]):
 
     # -- graphs -----------------------------------------------------------------------------
     def graph_nodes(self) -> Optional[list]:
-        """The replayable graph nodes this op consists of, or None if it cannot be captured
-        (it allocates memory, or its next step is only known when it runs)."""
+        """The replayable graph nodes this op consists of, or None if it cannot be recorded
+        into a graph (it allocates memory, or its next step is only known when it runs)."""
         return None
-
-    def graph(self) -> "Any":
-        """Capture this op into a replayable :class:`~tilesafe.exec.graph.CudaGraph`."""
-        return self.graph_on(self._default_stream())
-
-    def graph_on(self, stream: Stream) -> "Any":
-        from .graph import CudaGraph
-        with CudaGraph.scope(stream) as graph:
-            graph.record(self)
-        return graph
 
     def _consume(self, how: str) -> None:
         """Mark the op as used (``how``: "driven", "recorded into a graph"); an op is used
@@ -252,55 +246,7 @@ def _run_steps(steps: list, start: int, result: Any, stream: Stream,
     return result, None
 
 
-SPIN_SECONDS = 50e-6  # how long an await polls its stream before handing the wait to a thread
-
-
-async def _await_on_loop(op: DeviceOp[T], stream: Stream, where: Location) -> T:
-    """Await an op on a cuda stream. As far as the op only enqueues device work (launches
-    ready to enqueue, chains of them), the awaiting coroutine enqueues it on the loop's thread
-    and polls the stream for a short while (small work completes before a thread could be
-    woken); a wait that lasts longer goes to a waiter thread while the loop serves other
-    coroutines. The rest of an op (a launch that must compile first, an allocation, a host
-    step) runs on a waiter thread. The loans end once the work is known complete, as with
-    ``sync``."""
-    try:
-        finished, value = op._enqueue(stream, where, op._enqueue_while_only_enqueueing)
-    except BaseException:
-        stream.synchronize()
-        raise
-    loop = asyncio.get_running_loop()
-    if not finished:  # the rest follows what was enqueued, on the same stream
-        return await loop.run_in_executor(_waiters(), value._drive, stream, where)
-    try:
-        idle = _idle_within(stream, SPIN_SECONDS)
-    except BaseException:
-        stream.synchronize()
-        raise
-    if idle:  # returns at once (unless another thread enqueued on the stream meanwhile)
-        stream.synchronize()
-    else:
-        await loop.run_in_executor(_waiters(), stream.synchronize)
-    return value
-
-
-def _idle_within(stream: Stream, seconds: float) -> bool:
-    handle, deadline = stream.native_address, time.perf_counter() + seconds
-    while not cuda.is_idle(handle):
-        if time.perf_counter() > deadline:
-            return False
-    return True
-
-
-_WAITERS: list = []
 _DRIVE = threading.local()  # .where: the user's call driving ops on this thread
-
-
-def _waiters() -> concurrent.futures.ThreadPoolExecutor:
-    """The process-wide pool of threads that drive awaited ops (created on first use)."""
-    if not _WAITERS:
-        _WAITERS.append(concurrent.futures.ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix="tilesafe-await"))
-    return _WAITERS[0]
 
 
 class SharedOp(DeviceOp[T]):
@@ -322,13 +268,15 @@ class SharedOp(DeviceOp[T]):
 
 
 def _mark_shared(result: Any) -> Any:
-    from ..runtime.tensor import Tensor
+    """Make the result of a shared op read-only: every value of it that can be shared (a
+    tensor: it has ``_mark_shared``) is marked, in one ownership step."""
     values = result if isinstance(result, tuple) else (result,)
-    from ..runtime.allocation import LEDGER, bump_ownership_epoch
+    where = caller_location()
     with LEDGER:
         for v in values:
-            if isinstance(v, Tensor):
-                v._shared_at = caller_location()
+            mark = getattr(v, "_mark_shared", None)
+            if mark is not None:
+                mark(where)
         bump_ownership_epoch()
     return result
 

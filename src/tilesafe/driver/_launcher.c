@@ -1,14 +1,14 @@
-/* tilesafe.runtime._launcher: the CUDA driver calls on the launch path (enqueue a kernel,
+/* tilesafe.driver._launcher: the CUDA driver calls on the launch path (enqueue a kernel,
  * enqueue it as a programmatic dependent, enqueue a graph, ask whether a stream is idle, wait
  * for a stream: polling it briefly, then blocking), called straight from Python with plain
  * integers.
  *
  * The module links against nothing but Python's stable ABI (3.10+), so one build serves every
- * interpreter. It never loads the driver itself: runtime/cuda.py asks the driver already
+ * interpreter. It never loads the driver itself: driver/cuda.py asks the driver already
  * loaded by cuda.bindings for the entry points (cuGetProcAddress) and hands their addresses to
  * bind(). Every call returns the driver's CUresult as an int (0 is success); turning a
  * failure into an error is left to the caller. Without this module (no C compiler at install
- * time) runtime/cuda.py makes the same calls through cuda.bindings.
+ * time) driver/cuda.py makes the same calls through cuda.bindings.
  *
  * The structures below are the driver ABI's CUlaunchConfig and CUlaunchAttribute (cuda.h,
  * CUDA 12.0 and later); only the programmatic-serialization attribute is ever set.
@@ -94,7 +94,7 @@ static PyObject *
 not_bound(void)
 {
     PyErr_SetString(PyExc_RuntimeError,
-                    "tilesafe.runtime._launcher: bind() the driver entry points first");
+                    "tilesafe.driver._launcher: bind() the driver entry points first");
     return NULL;
 }
 
@@ -286,7 +286,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "tilesafe.runtime._launcher",
+    PyModuleDef_HEAD_INIT, "tilesafe.driver._launcher",
     "The CUDA driver calls of the launch path, called with plain integers.", -1, methods,
     NULL, NULL, NULL, NULL,
 };

@@ -4,70 +4,32 @@ Views (``view``/``reshape``, slicing, ``permute``/``transpose``) share the alloc
 byte footprint is what the launch boundary's aliasing check and the loans of pending work see.
 A tensor moved into a partition (``t.partition(...)``) cannot be used again, nor can views
 taken from it: every access raises :class:`~tilesafe.errors.MovedError` naming the line of the
-move. Host reads and writes consult the allocation's loans (rule 8 of DESIGN.md).
+move. Host reads and writes consult the allocation's loans: reading bytes that pending work
+borrows mutably, or writing bytes that pending work borrows at all, raises BorrowError.
+
+Element data moves through the device's platform (``driver.platform``). The modules this one
+builds on know tensors only by duck typing: ``host.partition`` (partitions and borrows),
+``host.copies`` (lazy copies) and ``host.export`` (DLPack export); tensors are made from
+host values in ``host.factory`` and from foreign memory in ``host.interop``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._callsite import caller_location
+from ..deviceops.deviceop import DeviceOp
+from ..driver.device import Device
+from ..driver.ledger import LEDGER, Allocation, bump_ownership_epoch
+from ..driver.platform import platform_of
+from ..driver.stream import current_stream, next_stream
 from ..dtypes import DType
 from ..errors import BorrowError, Location, MovedError
-from .allocation import LEDGER, Allocation, bump_ownership_epoch
-from .._callsite import caller_location
-from .device import Device
-
-if TYPE_CHECKING:
-    from .partition import Partition
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-def normalize_shape(shape: "int | Sequence[int]") -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    for d in dims:
-        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
-            raise ValueError(f"bad tensor shape {shape!r}: extents must be non-negative ints")
-    return tuple(int(d) for d in dims)
-
-
-def _reshape_strides(shape, strides, new_shape) -> Optional[tuple[int, ...]]:
-    """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy, or None."""
-    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
-    new_strides = [0] * len(new_shape)
-    oi = ni = 0
-    while oi < len(old) and ni < len(new_shape):
-        if new_shape[ni] == 1:
-            ni += 1
-            continue
-        o_end, n_end = oi + 1, ni + 1
-        o_prod, n_prod = old[oi][0], new_shape[ni]
-        while o_prod != n_prod:
-            if o_prod < n_prod:
-                o_prod *= old[o_end][0]
-                o_end += 1
-            else:
-                n_prod *= new_shape[n_end]
-                n_end += 1
-        for k in range(oi, o_end - 1):  # the old chunk must be one contiguous run
-            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return None
-        stride = old[o_end - 1][1]
-        for k in range(n_end - 1, ni - 1, -1):
-            new_strides[k] = stride
-            stride *= new_shape[k]
-        oi, ni = o_end, n_end
-    for k in range(ni, len(new_shape)):
-        new_strides[k] = 1
-    return tuple(new_strides)
+from ..shapes import contiguous_strides, is_contiguous, normalize_shape, reshape_strides
+from . import copies, export
+from .partition import BorrowMut, Partition
 
 
 class Tensor:
@@ -116,8 +78,7 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
-        return all(s == c for d, s, c in zip(self.shape, self.strides,
-                                             contiguous_strides(self.shape)) if d != 1)
+        return is_contiguous(self.shape, self.strides)
 
     def footprint(self) -> tuple[int, int]:
         """The half-open byte range ``[lo, hi)`` of the allocation this view can touch."""
@@ -163,12 +124,8 @@ class Tensor:
                               hint="pass it as a tc.Tensor input; to modify it, copy it first "
                               "with .clone()")
         lo, hi = self.footprint()
-        stream = None
-        if in_pipeline:
-            from ..exec.stream import current_stream
-            stream = current_stream()
         self._alloc.check(lo, hi, write=write, action=action, where=caller_location(),
-                          stream=stream)
+                          stream=current_stream() if in_pipeline else None)
 
     def _move(self, where: Location, action: str) -> None:
         with LEDGER:
@@ -176,27 +133,56 @@ class Tensor:
             self._moved_at = where
             bump_ownership_epoch()
 
+    def _mark_shared(self, where: Location) -> None:
+        """Make this tensor the read-only result of a ``.shared()`` op (called with the ledger
+        held)."""
+        self._shared_at = where
+
     # -- data -----------------------------------------------------------------------------
+    @classmethod
+    def from_storage(cls, storage: np.ndarray, dtype: DType, device: Device) -> "Tensor":
+        """A new contiguous tensor on ``device`` holding ``storage`` (already in the storage
+        dtype of ``dtype``)."""
+        storage = np.asarray(storage)
+        data = platform_of(device).allocate(device, storage, next_stream(device))
+        return cls(Allocation(data, device), storage.shape, dtype)
+
+    @classmethod
+    def from_values(cls, values: np.ndarray, dtype: DType, device: Device) -> "Tensor":
+        """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
+        return cls.from_storage(dtype.to_storage(dtype.round(values)), dtype, device)
+
     def _array(self) -> np.ndarray:
-        """A writable strided numpy view (storage dtype) of this tensor's elements; ``cpu``
-        tensors only (other devices go through ``runtime.memory``)."""
-        if self.device.kind != "cpu":
-            raise TypeError(f"a {self.device} tensor has no host array; use .numpy()")
-        data = self._alloc.data
-        item = data.itemsize
-        return np.lib.stride_tricks.as_strided(
-            data[self._offset:] if self._offset >= 0 else data, shape=self.shape,
-            strides=tuple(s * item for s in self.strides), writeable=True)
+        """A writable strided numpy view (storage dtype) of this tensor's elements, where the
+        host can address the memory (``cpu``; TypeError elsewhere: use ``numpy()``)."""
+        return platform_of(self.device).host_array(self._alloc.data, self._offset, self.shape,
+                                                   self.strides)
+
+    def _address(self) -> int:
+        """The address of element 0 of this view."""
+        return platform_of(self.device).address(self._alloc.data,
+                                                self._offset * self.dtype.itemsize)
+
+    def _read_storage(self) -> np.ndarray:
+        """A host copy of the elements in their storage dtype (no borrow check: callers hold
+        the ledger and checked)."""
+        return platform_of(self.device).read(self._alloc.data, self._offset, self.shape,
+                                             self.strides, self.dtype.storage,
+                                             self.footprint(), next_stream(self.device))
+
+    def _write_storage(self, values: np.ndarray) -> None:
+        """Overwrite the elements with ``values`` (storage dtype; no borrow check, as above)."""
+        platform_of(self.device).write(self._alloc.data, self._offset, self.shape, self.strides,
+                                       self.dtype.storage, values, next_stream(self.device))
 
     def numpy(self) -> np.ndarray:
         """A copy of the elements as a numpy array (bf16 tensors come back as float32).
 
         Raises BorrowError while pending work holds a mutable loan on this tensor.
         """
-        from .memory import read
         with LEDGER:  # no launch may start writing it until the copy is made
             self._check_access("read this tensor", write=False)
-            data = read(self)  # a fresh copy
+            data = self._read_storage()  # a fresh copy
         return self.dtype.to_compute(data)
 
     def partition(self, tile_shape: "int | Sequence[int]") -> "Partition":
@@ -205,12 +191,15 @@ class Tensor:
         The tensor (and its views) can no longer be used; ``partition.unpartition()`` gives it
         back. To partition without moving, use ``ts.borrow_mut(t).partition(tile_shape)``.
         """
-        from .partition import Partition
         where = caller_location()
         self._move(where, "partition this tensor")
-        inner = Tensor(self._alloc, self.shape, self.dtype, offset=self._offset,
-                       strides=self.strides)
-        return Partition(inner, tile_shape)
+        return Partition(self._alias(), tile_shape)
+
+    def _alias(self) -> "Tensor":
+        """A new tensor over the same elements, with its own ownership state (what a partition
+        or a borrow holds)."""
+        return Tensor(self._alloc, self.shape, self.dtype, offset=self._offset,
+                      strides=self.strides)
 
     # -- views ----------------------------------------------------------------------------
     def _view(self, shape, strides, offset) -> "Tensor":
@@ -240,7 +229,7 @@ class Tensor:
         if int(np.prod(new_shape, dtype=np.int64)) != self.size:
             raise ValueError(f"reshape: {self.shape} ({self.size} elements) cannot become "
                              f"{new_shape}")
-        strides = _reshape_strides(self.shape, self.strides, new_shape)
+        strides = reshape_strides(self.shape, self.strides, new_shape)
         if strides is None:
             raise ValueError(f"reshape: a {self.shape} view with strides {self.strides} cannot "
                              f"be viewed as {new_shape} without a copy; use t.clone() first")
@@ -309,36 +298,29 @@ class Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     # -- copies (lazy) --------------------------------------------------------------------
-    def clone(self, device: "Device | str | None" = None):
+    def clone(self, device: "Device | str | None" = None) -> DeviceOp["Tensor"]:
         """A DeviceOp producing a contiguous copy (on ``device``, default: the same one)."""
-        from .copies import clone
-        return clone(self, device)
+        return copies.clone(self, device)
 
-    def to(self, device: "Device | str"):
+    def to(self, device: "Device | str") -> DeviceOp["Tensor"]:
         """A DeviceOp producing a copy on ``device``."""
         return self.clone(device)
 
-    def copy_(self, source: "Tensor"):
+    def copy_(self, source: "Tensor") -> DeviceOp["Tensor"]:
         """A DeviceOp that copies ``source`` into this tensor (same shape and dtype)."""
-        from .copies import copy_into
-        return copy_into(self, source)
+        return copies.copy_into(self, source)
 
     # -- interop --------------------------------------------------------------------------
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None):
-        from .interop import export_dlpack
-        return export_dlpack(self, stream=stream, max_version=max_version, copy=copy)
+        return export.export_dlpack(self, stream=stream, max_version=max_version, copy=copy)
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        if self.device.kind != "cuda":
-            raise AttributeError("__cuda_array_interface__ exists on cuda tensors only")
-        from .interop import cuda_array_interface
-        return cuda_array_interface(self)
+        return export.cuda_array_interface(self)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from .interop import dlpack_device
-        return dlpack_device(self)
+        return export.dlpack_device(self)
 
     def __repr__(self) -> str:
         if self._moved_location() is not None:
@@ -350,3 +332,12 @@ class Tensor:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+
+def borrow_mut(tensor: Tensor) -> BorrowMut:
+    """Borrow ``tensor`` exclusively: ``ts.borrow_mut(t).partition(tile_shape)`` gives a
+    partition that writes ``t`` in place; ``t`` is usable again once that launch completes."""
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"borrow_mut takes a tilesafe Tensor, got {type(tensor).__name__}")
+    tensor._check_usable("borrow it")
+    return BorrowMut(tensor)

@@ -4,8 +4,9 @@ streams, module loading and kernel launches.
 cuda.core and cuda.bindings are imported only when a ``cuda:N`` device is used, so machines
 without a driver never load them. The calls on the launch path (enqueue a kernel, wait for a
 stream) go through the compiled launcher (``_launcher.c``) when it was built, else through
-cuda.bindings. Every driver error becomes a :class:`CudaError` naming the call. Pointers and
-stream handles are plain ints.
+cuda.bindings. Every driver error becomes a :class:`~tilesafe.errors.CudaError` naming the
+call. Pointers and stream handles are plain ints. This module imports only ``errors``,
+``_callsite`` and the compiled launcher (``driver/_launcher.c``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,7 @@ import numpy as np
 
 from .. import _compiled
 from .._callsite import caller_location
-from ..errors import TilesafeError
-
-
-class CudaError(TilesafeError):
-    """A CUDA driver call failed."""
+from ..errors import CudaError
 
 
 def _core():
@@ -150,6 +147,13 @@ class PackedLaunch:
         self.address = int(self.pointers.ctypes.data)
         self.programmatic = programmatic
 
+    #: running it only enqueues device work (see ``backends.base.BoundLaunch``)
+    enqueues_only = True
+
+    def launch(self, stream: Any) -> None:
+        """Enqueue on the tilesafe stream ``stream``."""
+        launch_packed(stream.native_address, self)
+
 
 _THREAD = threading.local()  # .index: the device whose context this thread has made current
 
@@ -270,7 +274,7 @@ class _BindingsLaunch:
 def _native_launch() -> Any:
     """The native launcher (``_launcher.c``) bound to the driver cuda.bindings loaded, or None
     when it was not built."""
-    _launcher = _compiled.built("tilesafe.runtime._launcher")
+    _launcher = _compiled.built("tilesafe.driver._launcher")
     if _launcher is None:
         return None
     driver = _driver()

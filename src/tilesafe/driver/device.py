@@ -1,8 +1,12 @@
-"""The device registry: ``cpu`` (the numpy interpreter, always present) and ``cuda:N``.
+"""The device registry: ``cpu`` (host memory; kernels run on the numpy interpreter, always
+present) and ``cuda:N``.
 
 The GPU is probed once, lazily, and every failure is caught and turned into a reason string
 (``tilesafe info`` prints it), so ``import tilesafe`` works on machines without a driver.
-This module owns the only process-wide device state.
+Whether kernels can be *compiled* for a device kind is the business of its backend: a backend
+registers a kernel probe here (:func:`register_kernel_probe`), which the default-device choice
+and ``tilesafe info`` consult. This module owns the only process-wide device state; it imports
+nothing of tilesafe.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,27 @@ def probe_gpu() -> GpuProbe:
     if count == 0:
         return GpuProbe(False, (), "the CUDA driver reports no GPU")
     names = tuple(f"cuda:{i}" for i in range(count))
+    probe = _KERNEL_PROBES.get("cuda")
+    if probe is None:
+        return GpuProbe(True, names, f"{count} CUDA device(s); no kernel backend is registered "
+                        "for them")
     try:
-        from ..backends.tileir.tileiras import find_tileiras
-        tool = find_tileiras()
-    except Exception as err:  # a missing or broken tileiras: tensors work, kernels do not
+        how = probe()
+    except Exception as err:  # a missing or broken compiler: tensors work, kernels do not
         return GpuProbe(True, names, f"{count} CUDA device(s); kernels cannot be compiled for "
                         f"them: {err}")
-    return GpuProbe(True, names, f"{count} CUDA device(s); kernels compile with tileiras "
-                    f"{tool.version} ({tool.path})", compiles=True)
+    return GpuProbe(True, names, f"{count} CUDA device(s); {how}", compiles=True)
+
+
+_KERNEL_PROBES: dict[str, Callable[[], str]] = {}
+
+
+def register_kernel_probe(kind: str, probe: Callable[[], str]) -> None:
+    """Declare how to tell whether kernels can be compiled for devices of ``kind``: ``probe``
+    returns a sentence saying with what (e.g. "kernels compile with tileiras 13.4.92"), or
+    raises saying why not. Called by the backend of that kind when it is imported."""
+    _KERNEL_PROBES[kind] = probe
+    probe_gpu.cache_clear()
 
 
 _CUDA_DEVICES: dict[int, Device] = {}

@@ -1,4 +1,4 @@
-"""The compiled repeated-launch path: which methods run as C (``exec/_hotpath.c``).
+"""The compiled repeated-launch path: which methods run as C (``launch/_hotpath.c``).
 
 A launch that repeats an earlier one with the very same argument objects (a cached launch
 plan) needs no validation, only its loans. When the extension was built, these methods are its
@@ -24,14 +24,16 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _callsite, _compiled
+from ..deviceops import deviceop, graph
+from ..driver import cuda, stream
+from ..driver import ledger as allocation
+from ..host.partition import Partition
+from ..host.tensor import Tensor
 from ..kernel import Kernel
-from ..runtime import allocation, cuda
-from ..runtime import launch as runtime_launch
-from ..runtime.partition import Partition
-from ..runtime.tensor import Tensor
-from . import deviceop, launch, stream
+from . import checks as runtime_launch
+from . import op as launch
 
-_hotpath = _compiled.built("tilesafe.exec._hotpath")  # None: the Python methods stay
+_hotpath = _compiled.built("tilesafe.launch._hotpath")  # None: the Python methods stay
 
 _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (Kernel, "__call__", Kernel.__dict__["__call__"]),
@@ -43,7 +45,7 @@ _PYTHON_METHODS: list[tuple[type, str, Any]] = [
     (deviceop._Chain, "_enqueue_while_only_enqueueing",
      deviceop._Chain.__dict__["_enqueue_while_only_enqueueing"]),
     (stream.Stream, "synchronize", stream.Stream.__dict__["synchronize"]),
-    (runtime_launch.ReplayBorrows, "lend", runtime_launch.ReplayBorrows.__dict__["lend"]),
+    (graph.ReplayBorrows, "lend", graph.ReplayBorrows.__dict__["lend"]),
 ]
 _state = {"in_use": False}
 
@@ -57,11 +59,11 @@ def _setup() -> None:
         "Allocation": allocation.Allocation, "Chain": deviceop._Chain,
         "Stream": stream.Stream, "PackedLaunch": cuda.PackedLaunch, "Tensor": Tensor,
         "Partition": Partition, "DeviceOp": deviceop.DeviceOp,
-        "ReplayBorrows": runtime_launch.ReplayBorrows,
+        "ReplayBorrows": graph.ReplayBorrows,
         "epoch": allocation._EPOCH, "current": stream._CURRENT,
         "drive": deviceop._DRIVE, "thread": cuda._THREAD,
         "holders": runtime_launch._HOLDERS, "holder": runtime_launch._holder,
-        "take_loans": runtime_launch._take_loans,
+        "take_loans": allocation.take_loans,
         "fail": cuda._fail, "next_stream": stream.next_stream,
         "driver_calls": cuda._DRIVER_CALLS, "pool_cycles": stream._POOL._cycles,
         "slow_execute": python[launch.LaunchOp, "_execute"],
@@ -70,7 +72,7 @@ def _setup() -> None:
         "slow_then": python[deviceop._Chain, "then"],
         "slow_chain_perform": python[deviceop._Chain, "_perform"],
         "slow_synchronize": python[stream.Stream, "synchronize"],
-        "slow_replay_lend": python[runtime_launch.ReplayBorrows, "lend"],
+        "slow_replay_lend": python[graph.ReplayBorrows, "lend"],
         "slow_chain_enqueue_while": python[deviceop._Chain, "_enqueue_while_only_enqueueing"],
         "ChainRest": deviceop._ChainRest,
         "ledger": ledger, "ledger_functions": _ledger_functions(ledger),
@@ -79,9 +81,9 @@ def _setup() -> None:
 
 
 def _ledger_functions(ledger: Any) -> Any:
-    """The C acquire and release of a ``runtime._ledger.Ledger`` ledger (else None: the
+    """The C acquire and release of a ``driver._ledger.Ledger`` ledger (else None: the
     compiled path calls the lock's Python methods)."""
-    compiled = _compiled.built("tilesafe.runtime._ledger")
+    compiled = _compiled.built("tilesafe.driver._ledger")
     return compiled.functions() if compiled and type(ledger) is compiled.Ledger else None
 
 

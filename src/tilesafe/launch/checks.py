@@ -1,6 +1,6 @@
-"""The launch boundary: ``prepare`` validates a launch and marshals its arguments before
-anything runs; ``recover`` hands back the very objects the caller passed (same type in, same
-type out).
+"""The launch boundary: ``prepare`` validates a launch before anything runs and lends its
+arguments to it; ``kernel_args`` describes them for the backend; ``recover`` hands back the
+very objects the caller passed (same type in, same type out).
 
 Checks, in order, each with its own error: argument count and kinds, moved tensors
 (MovedError), a mutable argument overlapping any other argument (AliasingError), the signature
@@ -8,6 +8,9 @@ Checks, in order, each with its own error: argument count and kinds, moved tenso
 ``compiler.specialize``), equal grids for all partitions, and the loans of pending work
 (BorrowError). Unsafe kernels outside ``ts.unsafe()`` are rejected when the launch is created.
 A successful ``prepare`` lends the arguments to the launch until ``recover``.
+
+This module imports the compiler's signature and specialization, the host values, the driver's
+ledger and the backend interface's argument description.
 """
 
 from __future__ import annotations
@@ -17,24 +20,26 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..compiler.ops.mapped import MappedBinding
-from ..compiler.ops.memory import MutTensorBinding, PointerBinding, TensorBinding
+from ..backends.base import KernelArg
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
 from ..compiler.specialize import ArgInfo, Specialization, specialize
+from ..driver.device import Device, default_device
+from ..driver.ledger import (_EPOCH, LEDGER, Loan, ownership_epoch, shared_or_new_loans,
+                             take_loans)
+from ..driver.platform import platform_of
 from ..dtypes import DType
 from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
                       PartitionError)
-from .allocation import _EPOCH, LEDGER, Loan, ownership_epoch
-from .device import Device, default_device
-from .partition import MappedPartition, Partition
-from .tensor import Tensor
+from ..host.partition import MappedPartition, Partition
+from ..host.tensor import Tensor
 
 
 @dataclass(eq=False, slots=True)
 class LaunchPlan:
     """What validating a launch found, reusable while the same argument objects are passed
     again and no ownership changed since (the ownership epoch): specialization, grid, device,
-    the byte ranges to borrow, and a slot for the backend's packed arguments."""
+    the byte ranges to borrow, and the backend's launch with its arguments marshalled
+    (``bound``, made at the first run)."""
 
     args: tuple[Any, ...]
     epoch: int
@@ -42,8 +47,8 @@ class LaunchPlan:
     grid: tuple[int, int, int]
     device: Device
     borrows: list
-    backend: dict
     borrowed_partitions: list
+    bound: Any = None
     stream_loans: tuple = (None, ())
 
 
@@ -73,7 +78,7 @@ def _outputs(args: Sequence[Any]):
             yield i, a
 
 
-def _tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
+def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
     """``(param, argument, tensor, mutable)`` for every argument that touches memory: a
     partitioned output (a mapped one included; ``argument`` is then its partition) is
     mutable, a tensor input only when the parameter is a raw pointer."""
@@ -114,7 +119,7 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
 
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                     where: Location) -> None:
-    tensors = [(p.name, t, mutable) for p, _, t, mutable in _tensor_arguments(params, args)]
+    tensors = [(p.name, t, mutable) for p, _, t, mutable in tensor_arguments(params, args)]
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
             if not (mut_a or mut_b) or ta._alloc is not tb._alloc:
@@ -133,19 +138,20 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """``(allocation, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
-    for p, a, t, mutable in _tensor_arguments(params, args):
+    for p, a, t, mutable in tensor_arguments(params, args):
         action = f"launch with '{p.name}'" if a is t else f"launch with the partition '{p.name}'"
         wanted.append((t._alloc, *t.footprint(), mutable, action))
     return wanted
 
 
-def _take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list[Loan]:
-    """Check every borrow against the loans of pending work, then lend them all."""
-    for alloc, lo, hi, mutable, action in borrows:
-        if alloc.loans:
-            alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
-    return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
-            for alloc, lo, hi, mutable, _ in borrows]
+def replay_borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
+    """What each replay of a recorded launch borrows (``deviceops.graph.GraphNode.borrows``):
+    ``(argument, action, allocation, lo, hi, mutable)`` for every argument touching memory."""
+    found = []
+    for _, a, t, mutable in tensor_arguments(params, args):
+        action = "replay a graph that reads it" if a is t else "replay a graph that writes it"
+        found.append((a, action, t._alloc, *t.footprint(), mutable))
+    return found
 
 
 def _holder(kernel_name: str) -> str:
@@ -155,37 +161,15 @@ def _holder(kernel_name: str) -> str:
 
 
 def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any) -> list[Loan]:
-    """The loans of a repeated launch (see ``_shared_or_new_loans``; the ownership epoch is
-    that of the plan's validation)."""
-    return _shared_or_new_loans(plan, plan.borrows, _holder(kernel_name), where, stream)
-
-
-def _shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
-                         stream: Any) -> list[Loan]:
-    """The loans of repeated work whose last loans on a stream ``owner.stream_loans`` keeps.
-    When that work on this same stream still holds all its loans, the new work shares them
-    (one more use each) without checking again: while those loans live, no conflicting loan
-    can have been taken (work on other streams and the host are refused by them), and the
-    caller has seen the ownership epoch unchanged. Else new loans of ``borrows``."""
-    last_stream, loans = owner.stream_loans
-    if stream is not None and last_stream is stream and loans:
-        for loan in loans:
-            if loan.count <= 0:
-                break
-        else:
-            for loan in loans:
-                loan.count += 1
-            return list(loans)
-    loans = _take_loans(borrows, holder, where, stream)
-    if stream is not None:
-        owner.stream_loans = (stream, tuple(loans))
-    return loans
+    """The loans of a repeated launch (see ``driver.ledger.shared_or_new_loans``; the
+    ownership epoch is that of the plan's validation)."""
+    return shared_or_new_loans(plan, plan.borrows, _holder(kernel_name), where, stream)
 
 
 def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                    where: Location) -> Device:
     """The one device every tensor argument lives on (the default device if none)."""
-    placed = [(p.name, t.device) for p, _, t, _ in _tensor_arguments(params, args)]
+    placed = [(p.name, t.device) for p, _, t, _ in tensor_arguments(params, args)]
     devices = {d for _, d in placed}
     if len(devices) > 1:
         listing = ", ".join(f"'{n}' on {d}" for n, d in placed)
@@ -195,25 +179,29 @@ def _launch_device(params: Sequence[Param], args: Sequence[Any], kernel_name: st
     return devices.pop() if devices else default_device()
 
 
-def interp_bindings(params: Sequence[Param], args: Sequence[Any]) -> list[Any]:
-    """The interpreter's view of a launch's (cpu) arguments, one per non-constant parameter."""
-    return [_binding(p, a) for p, a in zip(params, args) if not isinstance(p.spec, ConstSpec)]
-
-
-def _binding(param: Param, value: Any) -> Any:
-    if isinstance(param.spec, ConstSpec):
-        return None
-    if isinstance(param.spec, ScalarSpec):
-        return param.spec.dtype.round(np.asarray(value))
-    if isinstance(value, MappedPartition):
-        t = value.partition._tensor
-        return MappedBinding(t._array(), t.dtype, value.partition.tile_shape, value.map_shape)
-    if isinstance(value, Partition):
-        t = value._tensor
-        return MutTensorBinding(t._array(), t.dtype, value.tile_shape)
-    if isinstance(param.spec, PointerSpec):
-        return PointerBinding(value._alloc.data, value._offset, value.dtype)
-    return TensorBinding(value._array(), value.dtype)
+def kernel_args(params: Sequence[Param], args: Sequence[Any]) -> list[KernelArg]:
+    """The backend's description of a validated launch's arguments, one per non-constant
+    parameter (see ``backends.base.KernelArg``)."""
+    described = []
+    for p, a in zip(params, args):
+        if isinstance(p.spec, ConstSpec):
+            continue
+        if isinstance(p.spec, ScalarSpec):
+            described.append(KernelArg(p.name, "scalar", p.spec.dtype, value=a))
+            continue
+        tile_shape = map_shape = ()
+        if isinstance(a, MappedPartition):
+            kind, t = "mapped", a.partition._tensor
+            tile_shape, map_shape = a.partition.tile_shape, a.map_shape
+        elif isinstance(a, Partition):
+            kind, t, tile_shape = "partition", a._tensor, a.tile_shape
+        else:
+            kind, t = ("pointer" if isinstance(p.spec, PointerSpec) else "tensor"), a
+        described.append(KernelArg(p.name, kind, t.dtype, data=t._alloc.data,
+                                   platform=platform_of(t.device), offset=t._offset,
+                                   shape=t.shape, strides=t.strides, tile_shape=tile_shape,
+                                   map_shape=map_shape))
+    return described
 
 
 def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Sequence[int]],
@@ -257,7 +245,7 @@ def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     (compiling without running) the arguments are checked but not borrowed. ``plans`` (a
     kernel's cache) lets a launch with the very same argument objects as an earlier one, and
     no ownership change since, skip re-validation: only the borrows are checked again."""
-    LEDGER.acquire()  # the checks and the loans as one step (see runtime.allocation)
+    LEDGER.acquire()  # the checks and the loans as one step (see driver.ledger)
     try:
         return _prepare(kernel_name, params, args, grid, where, lend, stream, plans)
     finally:
@@ -289,61 +277,14 @@ def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     g = launch_grid(params, args, grid, kernel_name, where)
     device = _launch_device(params, args, kernel_name, where)
     borrows = _borrows(params, args)
-    loans = _take_loans(borrows, _holder(kernel_name), where, stream) if lend else []
+    loans = take_loans(borrows, _holder(kernel_name), where, stream) if lend else []
     plan = None
     if key is not None:
         if len(plans) >= PLAN_CACHE_SIZE:
             plans.clear()
         plan = plans[key] = LaunchPlan(tuple(args), ownership_epoch(), spec, g, device,
-                                       borrows, {}, _borrowed_partitions(args))
+                                       borrows, _borrowed_partitions(args))
     return PreparedLaunch(spec, g, tuple(args), loans, where, device, plan)
-
-
-class ReplayBorrows:
-    """What every replay of a graph of recorded launches borrows, worked out once when the
-    graph is captured: the argument objects to check for moves and spends (each with the
-    action an error names), and each distinct byte range once, mutable if any launch writes
-    it. Views never change their footprint, so only the checks run per replay."""
-
-    __slots__ = ("usable", "borrows", "checked_epoch", "stream_loans")
-
-    def __init__(self, launches: Sequence[tuple[Any, Sequence[Any]]]):
-        usable: dict[int, tuple[Any, str]] = {}
-        wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
-        for kernel, args in launches:
-            for _, a, t, mutable in _tensor_arguments(kernel.params, args):
-                action = "replay a graph that reads it" if a is t else \
-                    "replay a graph that writes it"
-                usable.setdefault(id(a), (a, action))
-                lo, hi = t.footprint()
-                prev = wanted.get((id(t._alloc), lo, hi))
-                wanted[(id(t._alloc), lo, hi)] = (t._alloc, lo, hi,
-                                                  mutable or (prev[3] if prev else False))
-        self.usable = list(usable.values())
-        self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
-        self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
-        self.stream_loans: tuple[Any, tuple] = (None, ())  # the last replay's stream, loans
-
-    @property
-    def ranges(self) -> list[tuple[Any, int, int, bool]]:
-        """``(allocation, lo, hi, mutable)`` of each distinct byte range."""
-        return [borrow[:4] for borrow in self.borrows]
-
-    def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:
-        """Check that the arguments are still usable (not moved, not borrowed by other pending
-        work) and lend each distinct tensor once, for one replay on ``stream``. As with a
-        repeated launch, the checks of moves are skipped while the ownership epoch is that of
-        the last checks, and a replay shares the live loans of a previous replay on the same
-        stream (``_shared_or_new_loans``)."""
-        LEDGER.acquire()
-        try:
-            if self.checked_epoch != _EPOCH[0]:
-                for item, action in self.usable:
-                    item._check_usable(action)
-                self.checked_epoch = _EPOCH[0]
-            return _shared_or_new_loans(self, self.borrows, holder, where, stream)
-        finally:
-            LEDGER.release()
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
@@ -367,4 +308,5 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
     return prepared.args
 
 
-__all__ = ["PreparedLaunch", "ReplayBorrows", "prepare", "recover", "launch_grid"]
+__all__ = ["LaunchPlan", "PreparedLaunch", "prepare", "recover", "launch_grid", "kernel_args",
+           "tensor_arguments", "replay_borrows"]

@@ -1,0 +1,82 @@
+"""The interpreter as a backend: kernels for the ``cpu`` device run on the numpy executor.
+
+Its one compile stage prepares the IR for the executor (``executor.InterpretedKernel``); a
+launch's arguments are marshalled into the bindings the ops' numpy semantics read
+(``compiler.bindings``), once per launch plan. It imports the compiler, the driver and the
+backend interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Optional, Sequence
+
+import numpy as np
+
+from ...compiler.bindings import (MappedBinding, MutTensorBinding, PointerBinding,
+                                  TensorBinding)
+from ...compiler.ir import KernelIR
+from ...driver.device import Device
+from ...driver.stream import Stream
+from ..base import KernelArg, Stage, Target
+from .executor import InterpretedKernel
+
+
+def binding(arg: KernelArg) -> Any:
+    """What the numpy semantics read for one argument."""
+    if arg.kind == "scalar":
+        return arg.dtype.round(np.asarray(arg.value))
+    if arg.kind == "pointer":
+        return PointerBinding(arg.data, arg.offset, arg.dtype)
+    if arg.kind == "mapped":
+        return MappedBinding(arg.array(), arg.dtype, arg.tile_shape, arg.map_shape)
+    if arg.kind == "partition":
+        return MutTensorBinding(arg.array(), arg.dtype, arg.tile_shape)
+    return TensorBinding(arg.array(), arg.dtype)
+
+
+class InterpretedLaunch:
+    """A launch on the interpreter with its bindings made: running it runs every program."""
+
+    enqueues_only = False
+
+    def __init__(self, kernel: InterpretedKernel, bindings: list, grid: tuple[int, int, int]):
+        self.kernel, self.bindings, self.grid = kernel, bindings, grid
+
+    def launch(self, stream: Stream) -> None:
+        self.kernel.run(self.bindings, self.grid)
+
+
+class InterpretedExecutable:
+    """A kernel ready for the interpreter."""
+
+    def __init__(self, kernel: InterpretedKernel):
+        self.kernel = kernel
+
+    def bind(self, args: Sequence[KernelArg], grid: tuple[int, int, int]) -> InterpretedLaunch:
+        return InterpretedLaunch(self.kernel, [binding(a) for a in args], grid)
+
+
+class InterpreterBackend:
+    """Kernels on the ``cpu`` device, run exactly by numpy."""
+
+    name = "interp"
+    device_kind = "cpu"
+
+    def target(self, device: Device) -> Target:
+        return Target(self.name, "numpy", device)
+
+    def ahead_of_time(self, arch: str) -> Target:
+        return Target(self.name, "numpy")
+
+    def launch_facts(self, ir: KernelIR, args: Sequence[KernelArg]) -> Hashable:
+        return ()
+
+    def stages(self, target: Target, *, hints: dict, facts: Hashable,
+               on_compiled: Callable[[], None]) -> list[tuple[str, Stage]]:
+        def build(ir: KernelIR) -> InterpretedExecutable:
+            on_compiled()
+            return InterpretedExecutable(InterpretedKernel(ir))
+        return [("build", build)]
+
+    def kernel_probe(self) -> Optional[Callable[[], str]]:
+        return None

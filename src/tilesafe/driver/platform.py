@@ -1,0 +1,188 @@
+"""What each device kind does with memory, streams and events: one :class:`Platform` per kind.
+
+Everything above the driver asks the platform of a device (:func:`platform_of`) instead of
+branching on ``device.kind``, so a new kind of device is a new platform here (and a backend
+that compiles kernels for it, in ``tilesafe.backends``):
+
+* ``cpu``: memory is a 1-D numpy array of the storage dtype; work runs when it is enqueued, so
+  a stream only orders work and an event is complete once recorded;
+* ``cuda``: stream-ordered device memory and CUDA streams and events (``driver.cuda``).
+
+Memory is described by the allocation's ``data`` (the array or the device buffer), an element
+offset, a shape, element strides and the element's storage numpy dtype. Streams are tilesafe
+:class:`~tilesafe.driver.stream.Stream` objects (only their native handles are used here).
+This module may import ``shapes``, ``driver.device`` and ``driver.cuda``, nothing above the
+driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..shapes import is_contiguous
+from . import cuda
+from .device import Device
+
+
+def strided(flat: np.ndarray, offset: int, shape: Sequence[int], strides: Sequence[int],
+            writeable: bool = False) -> np.ndarray:
+    """A strided view of the 1-D array ``flat`` starting at element ``offset``."""
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[offset:] if offset >= 0 else flat,
+                                           shape=tuple(shape),
+                                           strides=tuple(s * item for s in strides),
+                                           writeable=writeable)
+
+
+class Platform:
+    """The operations of one device kind (see the module docstring)."""
+
+    kind = ""
+    #: DLPack's device type code (kDLCPU = 1, kDLCUDA = 2)
+    dlpack_device_type = 0
+    #: whether work runs asynchronously, so an ``await`` may enqueue it on the event loop's
+    #: thread and poll for completion (else the awaited work runs on a waiter thread)
+    asynchronous = False
+    #: whether recorded work can be captured into one native graph launch
+    captures_graphs = False
+    #: whether memory can be exported through ``__cuda_array_interface__``
+    cuda_array_interface = False
+
+    # -- memory -----------------------------------------------------------------------------
+    def allocate(self, device: Device, storage: np.ndarray, stream: Any) -> Any:
+        """New memory on ``device`` holding the C-contiguous array ``storage``."""
+        raise NotImplementedError
+
+    def read(self, data: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
+             storage: np.dtype, byte_range: tuple[int, int], stream: Any) -> np.ndarray:
+        """A host copy (storage dtype, ``shape``) of the elements of a strided view;
+        ``byte_range`` is the view's footprint in the memory."""
+        raise NotImplementedError
+
+    def write(self, data: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
+              storage: np.dtype, values: np.ndarray, stream: Any) -> None:
+        """Overwrite the elements of a strided view with ``values`` (storage dtype)."""
+        raise NotImplementedError
+
+    def host_array(self, data: Any, offset: int, shape: Sequence[int],
+                   strides: Sequence[int]) -> np.ndarray:
+        """A writable numpy view of the elements, where the host can address the memory."""
+        raise TypeError(f"{self.kind} memory has no host array; read a copy with .numpy()")
+
+    def address(self, data: Any, byte_offset: int) -> int:
+        """The address of the byte at ``byte_offset`` of the memory."""
+        raise NotImplementedError
+
+    def export_dlpack(self, data: Any, offset: int, shape: Sequence[int],
+                      strides: Sequence[int], storage: np.dtype, *, stream: Any,
+                      max_version: Any, copy: Optional[bool]) -> Any:
+        """The DLPack capsule of a strided view of the memory (zero-copy)."""
+        raise NotImplementedError
+
+    # -- streams and events -----------------------------------------------------------------
+    def native_stream(self, device: Device, foreign: Any) -> Any:
+        """The native stream behind a stream of ``device`` (``foreign``: one to wrap)."""
+        raise TypeError(f"a {device} stream has no native stream")
+
+    def synchronize(self, stream: Any) -> None:
+        """Block until the work enqueued on ``stream`` has completed."""
+
+    def is_idle(self, stream: Any) -> bool:
+        """Whether the work enqueued on ``stream`` has completed (never blocks)."""
+        return True
+
+    def record_event(self, stream: Any) -> Optional[Any]:
+        """A native event marking the current end of ``stream``'s work, or None when recorded
+        work is complete at once."""
+        return None
+
+
+class HostPlatform(Platform):
+    """``cpu``: numpy memory; work completes as it is enqueued."""
+
+    kind = "cpu"
+    dlpack_device_type = 1
+
+    def allocate(self, device: Device, storage: np.ndarray, stream: Any) -> np.ndarray:
+        return np.array(storage, order="C", copy=True).reshape(-1)
+
+    def read(self, data, offset, shape, strides, storage, byte_range, stream) -> np.ndarray:
+        return np.array(strided(data, offset, shape, strides), copy=True)
+
+    def write(self, data, offset, shape, strides, storage, values, stream) -> None:
+        strided(data, offset, shape, strides, writeable=True)[...] = values
+
+    def host_array(self, data, offset, shape, strides) -> np.ndarray:
+        return strided(data, offset, shape, strides, writeable=True)
+
+    def address(self, data: np.ndarray, byte_offset: int) -> int:
+        return int(data.ctypes.data) + byte_offset
+
+    def export_dlpack(self, data, offset, shape, strides, storage, *, stream, max_version,
+                      copy) -> Any:
+        array = self.host_array(data, offset, shape, strides)
+        if max_version is not None:
+            return array.__dlpack__(max_version=max_version, copy=copy)
+        return array.__dlpack__()
+
+
+class CudaPlatform(Platform):
+    """``cuda:N``: stream-ordered device memory, CUDA streams and events."""
+
+    kind = "cuda"
+    dlpack_device_type = 2
+    asynchronous = True
+    captures_graphs = True
+    cuda_array_interface = True
+
+    def allocate(self, device: Device, storage: np.ndarray, stream: Any) -> cuda.DeviceBuffer:
+        storage = np.ascontiguousarray(storage)
+        buf = cuda.allocate(device.index, storage.nbytes, stream.native)
+        cuda.host_to_device(buf.ptr, storage, stream.native)
+        return buf
+
+    def read(self, data, offset, shape, strides, storage, byte_range, stream) -> np.ndarray:
+        lo, hi = byte_range
+        raw = cuda.device_to_host(data.ptr + lo, hi - lo, stream.native)
+        item = np.dtype(storage).itemsize
+        view = strided(raw.view(storage), offset - lo // item, shape, strides)
+        return np.array(view, copy=True)
+
+    def write(self, data, offset, shape, strides, storage, values, stream) -> None:
+        if not is_contiguous(shape, strides):
+            raise NotImplementedError("writing a non-contiguous cuda tensor from the host is "
+                                      "not supported yet; write a contiguous tensor and take "
+                                      "the view")
+        ptr = data.ptr + offset * np.dtype(storage).itemsize
+        cuda.host_to_device(ptr, np.ascontiguousarray(values, dtype=storage), stream.native)
+
+    def address(self, data: cuda.DeviceBuffer, byte_offset: int) -> int:
+        return data.ptr + byte_offset
+
+    def export_dlpack(self, data, offset, shape, strides, storage, *, stream, max_version,
+                      copy) -> Any:
+        view = cuda.export_view(data, offset * np.dtype(storage).itemsize, shape, strides,
+                                storage, False)
+        return view.__dlpack__(stream=stream, max_version=max_version)
+
+    def native_stream(self, device: Device, foreign: Any) -> Any:
+        return cuda.new_stream(device.index, foreign)
+
+    def synchronize(self, stream: Any) -> None:
+        cuda.synchronize(stream.native_address)
+
+    def is_idle(self, stream: Any) -> bool:
+        return cuda.is_idle(stream.native_address)
+
+    def record_event(self, stream: Any) -> Any:
+        return stream.native.record()
+
+
+_PLATFORMS: dict[str, Platform] = {"cpu": HostPlatform(), "cuda": CudaPlatform()}
+
+
+def platform_of(device: Device) -> Platform:
+    """The platform of ``device``'s kind."""
+    return _PLATFORMS[device.kind]

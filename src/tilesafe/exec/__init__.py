@@ -1,1 +1,0 @@
-"""Execution: lazy DeviceOps and the ways to drive them."""

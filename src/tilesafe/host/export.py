@@ -1,0 +1,46 @@
+"""Exporting tensors to other libraries, zero-copy: ``__dlpack__``, ``__dlpack_device__`` and,
+on cuda, ``__cuda_array_interface__`` (v3).
+
+An export is a read of the tensor's memory, so the borrow rules apply (a tensor that pending
+work borrows mutably cannot be exported). On the ``cpu`` device the export goes through
+numpy's DLPack support (bf16, which numpy cannot represent, is refused with an explanation);
+on ``cuda:N`` through cuda.core's StridedMemoryView. Imports are ``host.interop``'s.
+
+``host.tensor`` builds on this module: tensors are used here through their methods only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import dtypes as dt
+from ..driver.platform import platform_of
+
+
+def dlpack_device(tensor: Any) -> tuple[int, int]:
+    """``(DLPack device type, device index)`` of ``tensor``'s memory."""
+    return (platform_of(tensor.device).dlpack_device_type, tensor.device.index)
+
+
+def cuda_array_interface(tensor: Any) -> dict:
+    """``__cuda_array_interface__`` v3 of a cuda tensor (strides in bytes, no stream: the
+    tensor's producing work is complete when the host holds it)."""
+    if not platform_of(tensor.device).cuda_array_interface:
+        raise AttributeError("__cuda_array_interface__ exists on cuda tensors only")
+    tensor._check_access("export it", write=False)
+    item = tensor.dtype.itemsize
+    return {"shape": tensor.shape, "typestr": tensor.dtype.storage.str,
+            "data": (tensor._address(), False),
+            "strides": tuple(s * item for s in tensor.strides), "version": 3, "stream": None}
+
+
+def export_dlpack(tensor: Any, *, stream: Any = None, max_version: Any = None,
+                  copy: Optional[bool] = None) -> Any:
+    """The DLPack capsule of ``tensor`` (a read of its memory: borrow rules apply)."""
+    tensor._check_access("export it through DLPack", write=False)
+    if tensor.dtype is dt.bfloat16:
+        raise BufferError(f"bf16 tensors cannot be exported through DLPack (on "
+                          f"{tensor.device}) yet")
+    return platform_of(tensor.device).export_dlpack(
+        tensor._alloc.data, tensor._offset, tensor.shape, tensor.strides, tensor.dtype.storage,
+        stream=stream, max_version=max_version, copy=copy)

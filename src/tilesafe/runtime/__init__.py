@@ -1,1 +1,0 @@
-"""The host runtime: devices, host tensors and partitions, ownership, and launch preparation."""
