@@ -21,7 +21,7 @@ export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
 # a carried build is newer than its source; without them their Python equivalents run.
 INCLUDE="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 SUFFIX="$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
-for module in runtime/_launcher:.abi3.so runtime/_ledger:.abi3.so exec/_hotpath:"$SUFFIX"; do
+for module in driver/_launcher:.abi3.so driver/_ledger:.abi3.so launch/_hotpath:"$SUFFIX"; do
   source_file="src/tilesafe/${module%%:*}.c" built="src/tilesafe/${module%%:*}${module#*:}"
   if ! [ "$built" -nt "$source_file" ]; then
     cc -shared -fPIC -O2 -I"$INCLUDE" "$source_file" -o "$built" \
