@@ -5,10 +5,13 @@ succeeds and their Python equivalents run):
   or libraries needed); without it launches go through cuda.bindings;
 * the ownership ledger's lock (src/tilesafe/driver/_ledger.c, stable ABI); without it the
   ledger is a threading.RLock;
-* the compiled repeated-launch path (src/tilesafe/launch/_hotpath.c, built for the installing
-  interpreter); without it those methods stay Python (see launch/hotpath.py).
+* the compiled fast path of a repeated launch (src/tilesafe/fastpath/*.c, built for the
+  installing interpreter): the C types the objects of the launch path derive from; without it
+  their Python definitions are the bases (see ARCHITECTURE.md, "The fast path").
 
 Everything else about the package is in pyproject.toml."""
+
+from glob import glob
 
 from setuptools import Extension, setup
 
@@ -17,6 +20,6 @@ setup(
                            py_limited_api=True, optional=True),
                  Extension("tilesafe.driver._ledger", ["src/tilesafe/driver/_ledger.c"],
                            py_limited_api=True, optional=True),
-                 Extension("tilesafe.launch._hotpath", ["src/tilesafe/launch/_hotpath.c"],
-                           optional=True)],
+                 Extension("tilesafe._fastpath", sorted(glob("src/tilesafe/fastpath/*.c")),
+                           depends=["src/tilesafe/fastpath/fastpath.h"], optional=True)],
 )

@@ -1,6 +1,6 @@
 """Shared test helpers: a seeded RNG, poisoned outputs (NaN or a sentinel, so an element a
 kernel fails to write is caught), the line of a ``# <- tag`` marker in a test file, integer
-wrap-around, and ``launch_path`` (a test run on the compiled and on the Python launch path)."""
+wrap-around, and ``launch_path`` (which launch path the process runs: compiled or Python)."""
 
 from __future__ import annotations
 
@@ -49,18 +49,14 @@ def wrap(v: int, dtype) -> int:
     return v
 
 
-@pytest.fixture(params=["compiled", "python"])
-def launch_path(request):
-    """Runs a test on the compiled launch path (exec/_hotpath.c) and on its Python definition;
-    the compiled variant is skipped where the extension was not built."""
-    from tilesafe.launch import hotpath
-    compiled = request.param == "compiled"
-    if compiled and not hotpath.compiled_path_built():
-        pytest.skip("the compiled launch path was not built (no C compiler at install)")
-    before = hotpath.compiled_path_in_use()
-    assert hotpath.use_compiled_path(compiled) == compiled
-    yield request.param
-    hotpath.use_compiled_path(before)
+@pytest.fixture
+def launch_path():
+    """Which launch path this process runs: ``"compiled"`` (the fast path's C types are the
+    bases of the launch path's objects) or ``"python"`` (their Python definitions:
+    ``TILESAFE_COMPILED_PATH=0``, or the fast path was not built). The modules that use it
+    also run in a second process on the Python path (``test_compiled_path.py``)."""
+    from tilesafe import _compiled
+    return "compiled" if _compiled.FASTPATH is not None else "python"
 
 
 def pytest_configure(config):

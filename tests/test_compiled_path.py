@@ -1,8 +1,9 @@
-"""The compiled repeated-launch path (exec/_hotpath.c) against its Python definition, without a
-GPU: tensors in cpu memory are relabelled ``cuda:7`` and the driver's launch and stream wait
-are stand-ins that record what they receive, so a launch from a cached plan takes the path it
-takes on a GPU. Every scenario runs on both paths and must observe the same driver calls,
-loans, errors and source lines."""
+"""The compiled fast path of a repeated launch (``tilesafe._fastpath``) against its Python
+definition, without a GPU: tensors in cpu memory are relabelled ``cuda:7`` and the driver's
+launch and stream wait are stand-ins that record what they receive, so a launch from a cached
+plan takes the path it takes on a GPU. Every scenario runs on both paths (the Python path in a
+second process, with ``TILESAFE_COMPILED_PATH=0``: see the end of this module) and must
+observe the same driver calls, loans, errors and source lines."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe import _callsite
+from tilesafe import _callsite, _compiled
 from tilesafe.errors import BorrowError, DeviceOpError, MovedError
-from tilesafe.launch import hotpath
 from tilesafe.driver import stream as streams
 from tilesafe.driver import cuda
 from tilesafe.driver.device import Device
@@ -361,47 +361,63 @@ def test_graph_replays_borrow_once_each_share_loans_on_one_stream_and_see_moves(
 
 
 def test_the_compiled_and_python_callsite_walks_agree():
-    if not hotpath.compiled_path_built():
-        pytest.skip("the compiled launch path was not built")
-    from tilesafe.launch import _hotpath
-    here = [_callsite._python_caller_location(), _hotpath.caller_location()]  # <- both here
+    fast = _compiled.FASTPATH
+    if fast is None:
+        pytest.skip("the compiled fast path is not in use")
+    here = [_callsite._python_caller_location(), fast.caller_location()]  # <- both here
     line = marker_line(__file__, "both here")
     assert [(w.file, w.line) for w in here] == [(__file__, line)] * 2
 
     def nested():  # frames inside the package are skipped; this test file is not inside
-        return _hotpath.caller_location(), _callsite._python_caller_location()
+        return fast.caller_location(), _callsite._python_caller_location()
     compiled, python = nested()
     assert (compiled.file, compiled.line) == (python.file, python.line)
 
 
-def test_switching_paths_changes_the_installed_methods():
-    if not hotpath.compiled_path_built():
-        assert hotpath.use_compiled_path(True) is False
-        return
-    before = hotpath.compiled_path_in_use()
-    try:
-        assert hotpath.use_compiled_path(False) is False
-        assert type(vars(ts.Kernel)["__call__"]).__name__ == "function"
-        assert hotpath.use_compiled_path(True) is True
-        assert type(vars(ts.Kernel)["__call__"]).__name__ == "method_descriptor"
-    finally:
-        hotpath.use_compiled_path(before)
+def _definitions():
+    """(Python definition, name of the C type) of every object the fast path owns."""
+    import importlib
+    kernel = importlib.import_module("tilesafe.kernel")  # (tilesafe.kernel is the decorator)
+    from tilesafe.deviceops import deviceop
+    from tilesafe.driver import ledger, stream
+    from tilesafe.launch import checks, op
+    return [(ledger._LoanState, "Loan"), (stream._StreamState, "StreamCore"),
+            (deviceop._OpState, "OpCore"), (deviceop._ChainState, "ChainCore"),
+            (checks._LaunchPlanState, "LaunchPlan"),
+            (checks._PreparedLaunchState, "PreparedLaunch"), (op._LaunchState, "LaunchCore"),
+            (kernel._KernelState, "KernelCore")]
+
+
+def test_the_fast_path_types_are_the_bases_and_have_their_definitions_fields_and_methods():
+    fast = _compiled.FASTPATH
+    if fast is None:
+        pytest.skip("the compiled fast path is not in use")
+    for python, name in _definitions():
+        compiled = getattr(fast, name)
+        fields = set(python.__slots__) - {"__weakref__"}
+        methods = {k for k, v in vars(python).items() if callable(v) and k != "__init__"}
+        missing = (fields | methods) - set(dir(compiled))
+        assert not missing, f"{name} lacks {missing} of its Python definition"
+    assert issubclass(ts.Kernel, fast.KernelCore) and issubclass(ts.Stream, fast.StreamCore)
+    assert issubclass(ts.DeviceOp, fast.OpCore)
+    from tilesafe.launch.op import LaunchOp
+    assert LaunchOp.__mro__[1] is fast.LaunchCore  # its sync and _execute are the C ones
+    assert type(vars(fast.LaunchCore)["sync"]).__name__ == "method_descriptor"
 
 
 def test_the_environment_switch_keeps_the_python_path_from_import():
     code = textwrap.dedent("""
         import tilesafe
-        from tilesafe import _callsite
-        from tilesafe.launch import hotpath
-        from tilesafe.driver import ledger as allocation
-        print(hotpath.compiled_path_in_use(),
+        from tilesafe import _callsite, _compiled
+        from tilesafe.driver import ledger
+        print(_compiled.FASTPATH is None,
               _callsite.caller_location is _callsite._python_caller_location,
-              type(allocation.LEDGER).__module__)
+              type(ledger.LEDGER).__module__, tilesafe.Kernel.__mro__[1].__name__)
     """)
     env = dict(os.environ, TILESAFE_COMPILED_PATH="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["False", "True", "_thread"]
+    assert out == ["True", "True", "_thread", "_KernelState"]
 
 
 def _ledger_type():
@@ -492,6 +508,23 @@ def test_the_compiled_path_is_built_wherever_a_c_compiler_is():
     from test_native_launcher import _can_build_extensions
     if not _can_build_extensions():
         pytest.skip("no C compiler or Python headers: those methods run as Python")
-    assert hotpath.compiled_path_built(), (
-        "a C compiler is present but tilesafe.launch._hotpath was not built: reinstall with "
+    assert _compiled.built("tilesafe._fastpath") is not None, (
+        "a C compiler is present but tilesafe._fastpath was not built: reinstall with "
         "pip install -e . and read the build output")
+
+
+BOTH_PATHS = ["test_compiled_path.py", "test_deviceops.py", "test_ownership.py",
+              "test_launch_errors.py", "test_partitions.py"]
+
+
+def test_the_launch_path_modules_pass_on_the_python_path_too():
+    """The Python definitions of the fast path's types are the launch path wherever the module
+    was not built: the modules that test the launch path run on them in a second process."""
+    if os.environ.get("TILESAFE_COMPILED_PATH", "1") == "0":
+        pytest.skip("this process already runs the Python path")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TILESAFE_COMPILED_PATH="0")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *[os.path.join(here, name) for name in BOTH_PATHS]],
+                          env=env, capture_output=True, text=True, cwd=here, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -484,13 +484,14 @@ def test_a_stream_wait_ends_only_the_loans_of_work_enqueued_before_it(monkeypatc
     """Another thread may enqueue on a shared pool stream while this one waits for it: the
     loans of that work must outlive this wait (the driver's wait need not cover it)."""
     from tilesafe.driver import cuda
-    from tilesafe.driver.ledger import Allocation
+    from tilesafe.driver.ledger import Allocation, lend
     from tilesafe.driver.device import Device
     stream = ts.Stream(Device("cuda", 0))
     stream._native_address = 0x99
     alloc = Allocation(None, Device("cuda", 0))
-    before = alloc.lend(0, 64, mutable=True, holder="work enqueued before", where=None)
-    late = alloc.lend(64, 128, mutable=True, holder="work enqueued during the wait", where=None)
+    before = lend(alloc.loans, 0, 64, mutable=True, holder="work enqueued before", where=None)
+    late = lend(alloc.loans, 64, 128, mutable=True, holder="work enqueued during the wait",
+                where=None)
     stream.on_complete([before], [], None)
 
     def wait(handle):  # a concurrent launch registers its loans while the driver waits

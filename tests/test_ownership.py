@@ -352,9 +352,9 @@ def _rival_inside(monkeypatch, owner, name, rival):
 
 
 def test_no_launch_slips_between_another_launchs_checks_and_loans(monkeypatch):
-    from tilesafe.driver.ledger import Allocation
+    from tilesafe.driver import ledger
     t, x = ts.zeros(64).sync(), ts.ones(64).sync()
-    seen = _rival_inside(monkeypatch, Allocation, "lend",
+    seen = _rival_inside(monkeypatch, ledger, "lend",
                          lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0))
     op = scale1d(ts.borrow_mut(t).partition(16), x, 2.0)  # checks t is free, then lends it
     seen["thread"].join(5)

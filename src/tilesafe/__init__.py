@@ -23,7 +23,6 @@ from .host.interop import from_dlpack
 from .host.partition import BorrowMut, MappedPartition, Partition
 from .host.tensor import Tensor, borrow_mut
 from .kernel import Kernel, compile, function, kernel, unsafe
-from .launch import hotpath as _hotpath  # noqa: F401 (selects the repeated-launch path)
 
 __version__ = "0.1.0"
 

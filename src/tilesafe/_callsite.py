@@ -1,7 +1,7 @@
 """Finding the user's source line (the first stack frame outside the tilesafe package), so
 host-side errors can say where the offending call was made. Cheap: it runs on every launch
-(a dict lookup per frame walked, keyed by file name). When the compiled path
-(``launch/_hotpath.c``) was built, ``caller_location`` is its C version of the same walk,
+(a dict lookup per frame walked, keyed by file name). When the compiled fast path
+(``tilesafe._fastpath``) was built, ``caller_location`` is its C version of the same walk,
 sharing these caches; ``TILESAFE_COMPILED_PATH=0`` keeps the Python one."""
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def _python_caller_location() -> Location:
 
 
 def share_caches(compiled: ModuleType) -> None:
-    """Hand these caches and helpers to the compiled walk (``launch/_hotpath.c``)."""
+    """Hand these caches and helpers to the compiled walk (``fastpath/module.c``)."""
     compiled.setup_callsite(_INTERNAL, _LOCATIONS, _is_internal, Location)
 
 
 def _compiled_caller_location() -> Optional[Callable[[], Location]]:
-    compiled = _compiled.built("tilesafe.launch._hotpath") if _compiled.wanted() else None
+    compiled = _compiled.FASTPATH
     if compiled is None:
         return None
     share_caches(compiled)

@@ -22,3 +22,8 @@ def built(name: str) -> Optional[ModuleType]:
         return importlib.import_module(name)
     except ImportError:
         return None
+
+
+FASTPATH: Optional[ModuleType] = built("tilesafe._fastpath") if wanted() else None
+"""The compiled fast path (``src/tilesafe/fastpath/*.c``), or None: then the Python
+definitions of the objects it owns are used (see ARCHITECTURE.md, "The fast path")."""

@@ -17,7 +17,7 @@ from . import __version__
 from ._demo import run_demo
 from .check import check_file
 from .driver.device import default_device, devices, probe_gpu
-from .launch import hotpath
+from . import _compiled
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -41,12 +41,12 @@ def _launcher_status() -> str:
 
 
 def _compiled_path_status() -> str:
-    """Whether repeated launches (cached plans) run through the compiled path."""
-    if hotpath.compiled_path_in_use():
-        return "through the compiled launch path (tilesafe.launch._hotpath)"
-    if hotpath.compiled_path_built():
-        return "through Python: the compiled launch path is off (TILESAFE_COMPILED_PATH=0)"
-    return ("through Python: the compiled launch path was not built (it needs a C compiler "
+    """Whether repeated launches (cached plans) run through the compiled fast path."""
+    if _compiled.FASTPATH is not None:
+        return "through the compiled fast path (tilesafe._fastpath)"
+    if _compiled.built("tilesafe._fastpath") is not None:
+        return "through Python: the compiled fast path is off (TILESAFE_COMPILED_PATH=0)"
+    return ("through Python: the compiled fast path was not built (it needs a C compiler "
             "and Python headers when installing; reinstall with pip install -e . to build it)")
 
 

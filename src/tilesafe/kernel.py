@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from . import backends, pipeline
+from . import _compiled, backends, pipeline
 from ._callsite import caller_location
 from .backends.base import BoundLaunch, Target
 from .compiler.frontend import DeviceFunction, SourceFunction
@@ -33,6 +33,7 @@ from .errors import ArgumentError, SignatureError, UnsafeError
 from .launch.checks import PreparedLaunch, kernel_args, prepare, recover
 from .launch.op import LaunchOp
 
+_FAST = _compiled.FASTPATH
 _unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
 _LIVE_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
@@ -79,7 +80,24 @@ def _check_hints(hints: Optional[dict]) -> dict:
     return dict(hints)
 
 
-class Kernel:
+class _KernelState:
+    """What launching a kernel needs at every call: its name, whether it is unsafe, its cache
+    of launch plans and its launch count; calling it launches (``launch``).
+
+    (The Python definition of ``KernelCore``, the base of :class:`Kernel`; the compiled fast
+    path has the same type in C, whose call makes a launch from a cached plan without running
+    Python, and hands every other call to ``launch``.)"""
+
+    __slots__ = ("name", "_unsafe", "_plans", "launch_count")
+
+    def __call__(self, *args: Any) -> DeviceOp[tuple]:
+        return self.launch(*args)
+
+
+KernelCore = _FAST.KernelCore if _FAST is not None else _KernelState
+
+
+class Kernel(KernelCore):
     """A tile kernel (made by ``@ts.kernel``). Call it with the launch arguments to get a lazy
     :class:`~tilesafe.deviceops.deviceop.DeviceOp`; ``.sync()`` runs it and returns the arguments.
 
@@ -239,9 +257,6 @@ class Kernel:
         finally:
             results = recover(prepared, stream, spend=spend)
         return results
-
-    def __call__(self, *args: Any) -> DeviceOp[tuple]:
-        return self.launch(*args)
 
     def __repr__(self) -> str:
         flag = " unsafe" if self.is_unsafe else ""

@@ -32,7 +32,7 @@ def _step(out, source):
 def test_launches_are_programmatic_on_hopper():
     a, b = _buffers()
     step(b.partition(TILE), a).sync()
-    exes = list(step._gpu_cache.values())
+    exes = list(step._executables.values())
     major = cuda.compute_capability(0)[0]
     assert exes and all(e.programmatic == (major >= 9) for e in exes)
 

@@ -78,7 +78,8 @@ def accumulate(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
 
 def test_repeated_launches_are_exact_on_the_compiled_and_python_paths(launch_path, monkeypatch):
     """Launches repeating the same argument objects hit the cached plan, which the compiled
-    path (exec/_hotpath.c) runs without the Python launch steps."""
+    fast path (tilesafe._fastpath) runs without the Python launch steps (tests/gpu runs on the
+    Python path too: benchmarks/gpu_checks.sh, stage gpu)."""
     runs = []
     run_prepared = accumulate._run_prepared
     monkeypatch.setattr(accumulate, "_run_prepared",

@@ -25,6 +25,7 @@ import asyncio
 import threading
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
+from .. import _compiled
 from .._callsite import caller_location
 from ..driver.device import Device
 from ..driver.ledger import LEDGER, bump_ownership_epoch
@@ -34,15 +35,29 @@ from .awaiting import await_on_loop, waiters
 
 T = TypeVar("T")
 U = TypeVar("U")
+_FAST = _compiled.FASTPATH
 
 
-class DeviceOp(Generic[T]):
+class _OpState:
+    """What every DeviceOp keeps: its device, where it was driven (None until then) and, for
+    an op made from a function, the function and its label.
+
+    (The Python definition of ``OpCore``, the base of every op; the compiled fast path has the
+    same type in C, so that the ops it runs keep their state where it can reach it.)"""
+
+    __slots__ = ("device", "_driven_at", "_run", "_label", "__weakref__")
+
+
+OpCore = _FAST.OpCore if _FAST is not None else _OpState
+
+
+class DeviceOp(OpCore, Generic[T]):
     """A lazy unit of device work producing a value of type ``T`` when driven.
 
     ``run(stream)`` does the work on ``stream`` and returns the result.
     """
 
-    __slots__ = ("_run", "_label", "device", "_driven_at", "__weakref__")
+    __slots__ = ()
 
     def __init__(self, run: Optional[Callable[[Stream], T]], label: Optional[str],
                  device: Optional[Device] = None):
@@ -179,24 +194,21 @@ class DeviceOp(Generic[T]):
         return f"<DeviceOp {self.label} ({state})>"
 
 
-class _Chain(DeviceOp):
-    """``first.then(f1).then(f2)...``, executed as a loop. Extending a chain consumes it and
-    hands its step list on (appending is O(1), so a chain of n steps is built in O(n))."""
+class _ChainState(OpCore):
+    """A chain's first op and its steps, run as a loop: ``then`` extends it, ``_perform`` runs
+    it, ``_enqueue_while_only_enqueueing`` runs it under ``await``.
+
+    (The Python definition of ``ChainCore``, the base of the chain op; the compiled fast path
+    has the same type in C, which runs the loop without Python between the steps.)"""
 
     __slots__ = ("_first", "_steps", "_length")
 
-    def __init__(self, first: DeviceOp, steps: list):
-        super().__init__(None, None, first.device)
-        self._first, self._steps, self._length = first, steps, len(steps)
-
-    @property
-    def label(self) -> str:
-        return f"{self._first.label}" + ".then(...)" * self._length
-
     def then(self, fn: Callable[[Any], Any]) -> "DeviceOp":
+        """Extend the chain (see ``DeviceOp.then``); this chain is consumed and hands its step
+        list on (appending is O(1), so a chain of n steps is built in O(n))."""
         self._consume("extended with .then()")
         self._steps.append(fn)
-        return _Chain(self._first, self._steps)
+        return type(self)(self._first, self._steps)
 
     def _perform(self, stream: Stream) -> Any:
         return _run_steps(self._steps, 0, self._first._execute(stream), stream)[0]
@@ -211,6 +223,23 @@ class _Chain(DeviceOp):
         if resume_at is None:
             return True, result
         return False, _ChainRest(self, result, resume_at)
+
+
+ChainCore = _FAST.ChainCore if _FAST is not None else _ChainState
+
+
+class _Chain(ChainCore, DeviceOp):
+    """``first.then(f1).then(f2)...``, executed as a loop."""
+
+    __slots__ = ()
+
+    def __init__(self, first: DeviceOp, steps: list):
+        DeviceOp.__init__(self, None, None, first.device)
+        self._first, self._steps, self._length = first, steps, len(steps)
+
+    @property
+    def label(self) -> str:
+        return f"{self._first.label}" + ".then(...)" * self._length
 
 
 class _ChainRest(DeviceOp):
@@ -322,3 +351,8 @@ def value(result: T, label: str = "value") -> DeviceOp[T]:
 def resolve(item: Any, stream: Stream) -> Any:
     """Drive ``item`` on ``stream`` if it is a DeviceOp; otherwise return it unchanged."""
     return item._execute(stream) if isinstance(item, DeviceOp) else item
+
+
+if _FAST is not None:
+    _FAST.configure(DeviceOp=DeviceOp, drive=_DRIVE, ChainRest=_ChainRest,
+                    deviceop_sync=DeviceOp.sync, deviceop_execute=DeviceOp._execute)

@@ -36,7 +36,7 @@ class GraphNode(Protocol):
 
     A node that can also be captured into one native graph launch has ``capture(builder)``,
     ``borrow_key`` (equal for nodes that borrow the same memory the same way), ``borrows()``
-    (what a replay borrows: ``(item, action, allocation, lo, hi, mutable)``, ``item`` being
+    (what a replay borrows: ``(item, action, loan book, lo, hi, mutable)``, ``item`` being
     the argument object checked for moves) and ``launch_counter`` (an object whose
     ``launch_count`` counts its replays, or None)."""
 
@@ -61,11 +61,11 @@ class ReplayBorrows:
         usable: dict[int, tuple[Any, str]] = {}
         wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
         for node in nodes:
-            for item, action, alloc, lo, hi, mutable in node.borrows():
+            for item, action, book, lo, hi, mutable in node.borrows():
                 usable.setdefault(id(item), (item, action))
-                prev = wanted.get((id(alloc), lo, hi))
-                wanted[(id(alloc), lo, hi)] = (alloc, lo, hi,
-                                               mutable or (prev[3] if prev else False))
+                prev = wanted.get((id(book), lo, hi))
+                wanted[(id(book), lo, hi)] = (book, lo, hi,
+                                              mutable or (prev[3] if prev else False))
         self.usable = list(usable.values())
         self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
         self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
@@ -73,7 +73,7 @@ class ReplayBorrows:
 
     @property
     def ranges(self) -> list[tuple[Any, int, int, bool]]:
-        """``(allocation, lo, hi, mutable)`` of each distinct byte range."""
+        """``(loan book, lo, hi, mutable)`` of each distinct byte range."""
         return [borrow[:4] for borrow in self.borrows]
 
     def lend(self, holder: str, where: Location, stream: Any) -> list[Loan]:

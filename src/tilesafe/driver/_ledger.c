@@ -2,8 +2,8 @@
  *
  * A re-entrant lock with the interface of threading.RLock that tilesafe uses (acquire(),
  * release(), the context manager protocol), whose acquire and release take no arguments to
- * parse, and whose state the compiled launch path (launch/_hotpath.c) takes without a Python
- * call: every launch takes it once. Python's stable ABI; without a C compiler allocation.py
+ * parse, and whose state the compiled fast path (tilesafe._fastpath) takes without a Python
+ * call: every launch takes it once. Python's stable ABI; without a C compiler driver/ledger.py
  * uses threading.RLock.
  *
  * The GIL guards the lock's state: owner, count and waiters are only read and written by a
@@ -139,7 +139,7 @@ static PyType_Spec ledger_spec = {
     "tilesafe.driver._ledger.Ledger", sizeof(Ledger), 0, Py_TPFLAGS_DEFAULT, ledger_slots,
 };
 
-/* For launch/_hotpath.c: the C functions behind acquire and release. */
+/* For the compiled fast path (tilesafe._fastpath): the C functions behind acquire and release. */
 static PyObject *
 ledger_functions(PyObject *module, PyObject *unused)
 {

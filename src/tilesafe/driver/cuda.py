@@ -150,6 +150,13 @@ class PackedLaunch:
     #: running it only enqueues device work (see ``backends.base.BoundLaunch``)
     enqueues_only = True
 
+    @property
+    def driver_launch(self) -> tuple:
+        """What the driver's launch call takes of it: ``(function, gx, gy, gz, parameters
+        address, programmatic, device index)`` (a launch plan keeps it for the fast path)."""
+        gx, gy, gz = self.grid
+        return (self.function, gx, gy, gz, self.address, self.programmatic, self.index)
+
     def launch(self, stream: Any) -> None:
         """Enqueue on the tilesafe stream ``stream``."""
         launch_packed(stream.native_address, self)
@@ -360,3 +367,8 @@ def export_view(buf: DeviceBuffer, byte_offset: int, shape: Sequence[int],
                                      max(1, buf.nbytes - byte_offset), owner=buf.buffer)
     return StridedMemoryView.from_buffer(sub, tuple(shape), tuple(strides), itemsize=item,
                                          dtype=np.dtype(np_dtype), is_readonly=readonly)
+
+
+if _compiled.FASTPATH is not None:
+    _compiled.FASTPATH.configure(driver_calls=_DRIVER_CALLS, fail=_fail, thread=_THREAD,
+                                 context_switches=_CONTEXT_SWITCHES)

@@ -32,34 +32,90 @@ from .. import _compiled
 from ..errors import BorrowError, Location
 from .device import Device
 
+_FAST = _compiled.FASTPATH
 
-class Loan:
-    """A borrow of ``[lo, hi)`` bytes of an allocation by pending work ``holder``; ``count``
-    uses of the same range by work on one stream share it."""
 
-    __slots__ = ("allocation", "lo", "hi", "mutable", "holder", "where", "stream", "count")
+class _LoanState:
+    """A borrow of ``[lo, hi)`` bytes of the memory whose loans ``book`` lists, by pending
+    work ``holder``; ``count`` uses of the same range by work on one stream share it.
 
-    def __init__(self, allocation: "Allocation", lo: int, hi: int, mutable: bool, holder: str,
+    (The Python definition of ``Loan``; the compiled fast path has the same type in C.)"""
+
+    __slots__ = ("book", "lo", "hi", "mutable", "holder", "where", "stream", "count")
+
+    def __init__(self, book: list, lo: int, hi: int, mutable: bool, holder: str,
                  where: Optional[Location], stream: Any = None):
-        self.allocation, self.lo, self.hi, self.mutable = allocation, lo, hi, mutable
+        self.book, self.lo, self.hi, self.mutable = book, lo, hi, mutable
         self.holder, self.where, self.stream, self.count = holder, where, stream, 1
 
-    def overlaps(self, lo: int, hi: int) -> bool:
-        return self.lo < hi and lo < self.hi
 
-    def describe(self) -> str:
-        kind = "mutably" if self.mutable else "shared"
-        at = f" (created at {self.where})" if self.where else ""
-        return f"{kind} borrowed by {self.holder}{at}"
+Loan = _FAST.Loan if _FAST is not None else _LoanState
+
+
+def describe(loan: Loan) -> str:
+    """How a borrow error names ``loan``."""
+    kind = "mutably" if loan.mutable else "shared"
+    at = f" (created at {loan.where})" if loan.where else ""
+    return f"{kind} borrowed by {loan.holder}{at}"
+
+
+def conflict(book: list, lo: int, hi: int, *, write: bool, stream: Any = None) -> Optional[Loan]:
+    """The first loan of ``book`` that forbids reading (``write=False``) or writing/lending
+    mutably (``write=True``) the bytes ``[lo, hi)``, or None. Work enqueued on ``stream`` is
+    not blocked by loans of earlier work on that same stream."""
+    for loan in book:
+        if loan.lo < hi and lo < loan.hi and (write or loan.mutable) and \
+                (stream is None or loan.stream is not stream):
+            return loan
+    return None
+
+
+def check(book: list, lo: int, hi: int, *, write: bool, action: str, where: Location,
+          stream: Any = None) -> None:
+    """Raise BorrowError if a loan of ``book`` forbids ``action`` (see :func:`conflict`)."""
+    loan = conflict(book, lo, hi, write=write, stream=stream)
+    if loan is not None:
+        raise BorrowError(f"cannot {action}: its memory is {describe(loan)}, which has not "
+                          "completed", where,
+                          hint="drive that work to completion first (.sync() or await it); "
+                          "its results come back from the launch")
+
+
+def lend(book: list, lo: int, hi: int, *, mutable: bool, holder: str,
+         where: Optional[Location], stream: Any = None) -> Loan:
+    """Lend ``[lo, hi)``: a new loan in ``book``, or one more use of a loan of the same range
+    that work on the same ``stream`` holds (repeated work on one stream shares it)."""
+    if stream is not None:
+        for loan in book:
+            if loan.stream is stream and loan.lo == lo and loan.hi == hi and \
+                    loan.mutable == mutable:
+                loan.count += 1
+                return loan
+    loan = Loan(book, lo, hi, mutable, holder, where, stream)
+    book.append(loan)
+    return loan
+
+
+def release(loan: Loan) -> None:
+    """End one use of ``loan`` (a loan shared by several uses ends with the last)."""
+    if loan.count > 1:
+        loan.count -= 1
+        return
+    loan.count = 0
+    try:
+        loan.book.remove(loan)
+    except ValueError:
+        pass  # already released
 
 
 class Allocation:
-    """A block of memory on one device, with its active loans.
+    """A block of memory on one device, with its loan book (the loans of pending work).
 
     Attributes:
         data: the backing store (a 1-D numpy array on ``cpu``).
         device: where it lives.
         owner: a foreign object kept alive with the memory (DLPack imports), or None.
+        loans: the loan book: the live loans on this memory.
     """
 
     __slots__ = ("data", "device", "owner", "loans", "__weakref__")
@@ -70,49 +126,14 @@ class Allocation:
         self.owner = owner
         self.loans: list[Loan] = []
 
-    # -- checks ---------------------------------------------------------------------------
     def conflict(self, lo: int, hi: int, *, write: bool, stream: Any = None) -> Optional[Loan]:
-        """The first loan that forbids reading (``write=False``) or writing/lending mutably
-        (``write=True``) the bytes ``[lo, hi)``, or None. Work enqueued on ``stream`` is not
-        blocked by loans of earlier work on that same stream."""
-        for loan in self.loans:
-            if loan.overlaps(lo, hi) and (write or loan.mutable) and \
-                    (stream is None or loan.stream is not stream):
-                return loan
-        return None
+        """The first loan on this memory that forbids the access (see :func:`conflict`)."""
+        return conflict(self.loans, lo, hi, write=write, stream=stream)
 
     def check(self, lo: int, hi: int, *, write: bool, action: str, where: Location,
               stream: Any = None) -> None:
-        loan = self.conflict(lo, hi, write=write, stream=stream)
-        if loan is not None:
-            raise BorrowError(f"cannot {action}: its memory is {loan.describe()}, which has not "
-                              "completed", where,
-                              hint="drive that work to completion first (.sync() or await it); "
-                              "its results come back from the launch")
-
-    # -- lending --------------------------------------------------------------------------
-    def lend(self, lo: int, hi: int, *, mutable: bool, holder: str,
-             where: Optional[Location], stream: Any = None) -> Loan:
-        if stream is not None:  # repeated work on one stream shares one loan (counted)
-            for loan in self.loans:
-                if loan.stream is stream and (loan.lo, loan.hi, loan.mutable) == \
-                        (lo, hi, mutable):
-                    loan.count += 1
-                    return loan
-        loan = Loan(self, lo, hi, mutable, holder, where, stream)
-        self.loans.append(loan)
-        return loan
-
-    def release(self, loan: Loan) -> None:
-        """End one use of ``loan`` (a loan shared by several uses ends with the last)."""
-        if loan.count > 1:
-            loan.count -= 1
-            return
-        loan.count = 0
-        try:
-            self.loans.remove(loan)
-        except ValueError:
-            pass  # already released
+        """Raise BorrowError if a loan on this memory forbids ``action``."""
+        check(self.loans, lo, hi, write=write, action=action, where=where, stream=stream)
 
 
 def _ledger_lock() -> Any:
@@ -140,29 +161,29 @@ def bump_ownership_epoch() -> None:
     _EPOCH[0] += 1
 
 
-def release_all(loans: list[Loan]) -> None:
+def release_all(loans: list) -> None:
     """Release every loan in ``loans`` (idempotent) and empty the list."""
     LEDGER.acquire()  # (acquire/release: cheaper than a with-block on every launch)
     try:
         for loan in loans:
-            loan.allocation.release(loan)
+            release(loan)
         loans.clear()
     finally:
         LEDGER.release()
 
 
-def take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list[Loan]:
-    """Check every borrow ``(allocation, lo, hi, mutable, action)`` against the loans of
-    pending work, then lend them all (the caller holds :data:`LEDGER`)."""
-    for alloc, lo, hi, mutable, action in borrows:
-        if alloc.loans:
-            alloc.check(lo, hi, write=mutable, action=action, where=where, stream=stream)
-    return [alloc.lend(lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
-            for alloc, lo, hi, mutable, _ in borrows]
+def take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list:
+    """Check every borrow ``(book, lo, hi, mutable, action)`` against the loans of pending
+    work, then lend them all (the caller holds :data:`LEDGER`)."""
+    for book, lo, hi, mutable, action in borrows:
+        if book:
+            check(book, lo, hi, write=mutable, action=action, where=where, stream=stream)
+    return [lend(book, lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
+            for book, lo, hi, mutable, _ in borrows]
 
 
-def shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
-                        stream: Any) -> list[Loan]:
+def _shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
+                         stream: Any) -> list:
     """The loans of repeated work whose last loans on a stream ``owner.stream_loans`` keeps.
     When that work on this same stream still holds all its loans, the new work shares them
     (one more use each) without checking again: while those loans live, no conflicting loan
@@ -181,3 +202,18 @@ def shared_or_new_loans(owner: Any, borrows: list, holder: str, where: Location,
     if stream is not None:
         owner.stream_loans = (stream, tuple(loans))
     return loans
+
+
+def _ledger_functions() -> Any:
+    """The C acquire and release of a ``driver._ledger.Ledger`` ledger (else None: the fast
+    path calls the lock's Python methods)."""
+    compiled = _compiled.built("tilesafe.driver._ledger")
+    return compiled.functions() if compiled and type(LEDGER) is compiled.Ledger else None
+
+
+shared_or_new_loans = _FAST.shared_or_new_loans if _FAST is not None else _shared_or_new_loans
+"""The loans of repeated work (see ``_shared_or_new_loans``, its definition)."""
+
+if _FAST is not None:
+    _FAST.configure(epoch=_EPOCH, ledger=LEDGER, ledger_functions=_ledger_functions(),
+                    take_loans=take_loans)

@@ -19,14 +19,58 @@ import itertools
 import threading
 from typing import Any, Optional
 
+from .. import _compiled
 from .device import Device, as_device
 from .ledger import release_all
 from .platform import Platform, platform_of
 
+_FAST = _compiled.FASTPATH
+
 POOL_SIZE = 4
 
 
-class Stream:
+class _StreamState:
+    """What a stream keeps for the host: its device, the loans of work enqueued on it and the
+    borrowed partitions that work spends, and its driver handle once known.
+
+    (The Python definition of ``StreamCore``, the base of :class:`Stream`; the compiled fast
+    path has the same type in C.)"""
+
+    __slots__ = ("device", "_pending", "_spent", "_native_address")
+
+    def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
+        """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
+        next synchronized (the point where the host knows the work is complete)."""
+        # No lock needed: the work was enqueued before this call, so a synchronize on another
+        # thread that takes the list this lands in began its wait after the enqueue.
+        self._pending.extend(loans)
+        if borrowed_partitions:
+            self._spent.extend((p, where) for p in borrowed_partitions)
+
+    def synchronize(self) -> None:
+        """Wait until all work enqueued on this stream is complete (immediate on cpu), then
+        end the loans of that work.
+
+        Only the loans registered before the wait begins are ended: their work was enqueued
+        before it (a launch registers its loans after enqueueing), so the wait covers it.
+        Another thread may enqueue on a shared stream while this one waits; whether the wait
+        covers that work is undefined, so its loans stay until the next synchronize."""
+        pending, self._pending = self._pending, []
+        spent, self._spent = self._spent, []
+        try:
+            self._platform.synchronize(self)
+        except BaseException:
+            self._pending[:0], self._spent[:0] = pending, spent  # still pending
+            raise
+        release_all(pending)
+        for partition, where in spent:
+            partition._spend("was borrowed by a launch that completed", where)
+
+
+StreamCore = _FAST.StreamCore if _FAST is not None else _StreamState
+
+
+class Stream(StreamCore):
     """An ordered queue of device work on one device.
 
     Args:
@@ -35,8 +79,7 @@ class Stream:
             ``__cuda_stream__`` (torch, cupy, cuda.core) or an integer handle.
     """
 
-    __slots__ = ("device", "id", "foreign", "handle", "_native", "_native_address", "_pending",
-                 "_spent", "_platform", "__dict__")
+    __slots__ = ("id", "foreign", "handle", "_native", "_platform", "__dict__")
     _ids = itertools.count()
 
     def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):
@@ -49,15 +92,6 @@ class Stream:
         self._pending: list = []
         self._spent: list = []
         self._platform: Platform = platform_of(self.device)
-
-    def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
-        """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
-        next synchronized (the point where the host knows the work is complete)."""
-        # No lock needed: the work was enqueued before this call, so a synchronize on another
-        # thread that takes the list this lands in began its wait after the enqueue.
-        self._pending.extend(loans)
-        if borrowed_partitions:
-            self._spent.extend((p, where) for p in borrowed_partitions)
 
     @property
     def native(self) -> Any:
@@ -78,25 +112,6 @@ class Stream:
     def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":
         """A tilesafe view of another library's stream (it stays owned by that library)."""
         return cls(device, handle=foreign)
-
-    def synchronize(self) -> None:
-        """Wait until all work enqueued on this stream is complete (immediate on cpu), then
-        end the loans of that work.
-
-        Only the loans registered before the wait begins are ended: their work was enqueued
-        before it (a launch registers its loans after enqueueing), so the wait covers it.
-        Another thread may enqueue on a shared stream while this one waits; whether the wait
-        covers that work is undefined, so its loans stay until the next synchronize."""
-        pending, self._pending = self._pending, []
-        spent, self._spent = self._spent, []
-        try:
-            self._platform.synchronize(self)
-        except BaseException:
-            self._pending[:0], self._spent[:0] = pending, spent  # still pending
-            raise
-        release_all(pending)
-        for partition, where in spent:
-            partition._spend("was borrowed by a launch that completed", where)
 
     def __repr__(self) -> str:
         kind = "wrapped" if self.foreign is not None else "owned"
@@ -192,3 +207,7 @@ def set_current_stream(stream: Optional[Stream]) -> Optional[Stream]:
 def next_stream(device: "Device | str | None" = None) -> Stream:
     """The next stream of ``device``'s pool (round-robin over a few streams)."""
     return _POOL.next_stream(device if isinstance(device, Device) else as_device(device))
+
+
+if _FAST is not None:
+    _FAST.configure(current=_CURRENT, pool_cycles=_POOL._cycles, next_stream=next_stream)

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .. import _compiled
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device
@@ -341,3 +342,7 @@ def borrow_mut(tensor: Tensor) -> BorrowMut:
         raise TypeError(f"borrow_mut takes a tilesafe Tensor, got {type(tensor).__name__}")
     tensor._check_usable("borrow it")
     return BorrowMut(tensor)
+
+
+if _compiled.FASTPATH is not None:  # launches of tensors and partitions need no other check
+    _compiled.FASTPATH.configure(Tensor=Tensor, Partition=Partition)

@@ -15,16 +15,16 @@ ledger and the backend interface's argument description.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .. import _compiled
 from ..backends.base import KernelArg
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
 from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..driver.device import Device, default_device
-from ..driver.ledger import (_EPOCH, LEDGER, Loan, ownership_epoch, shared_or_new_loans,
+from ..driver.ledger import (_EPOCH, LEDGER, ownership_epoch, shared_or_new_loans,
                              take_loans)
 from ..driver.platform import platform_of
 from ..dtypes import DType
@@ -33,40 +33,50 @@ from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Locatio
 from ..host.partition import MappedPartition, Partition
 from ..host.tensor import Tensor
 
+_FAST = _compiled.FASTPATH
 
-@dataclass(eq=False, slots=True)
-class LaunchPlan:
+
+class _LaunchPlanState:
     """What validating a launch found, reusable while the same argument objects are passed
     again and no ownership changed since (the ownership epoch): specialization, grid, device,
-    the byte ranges to borrow, and the backend's launch with its arguments marshalled
-    (``bound``, made at the first run)."""
+    the byte ranges to borrow, the borrowed partitions a launch spends, the backend's launch
+    with its arguments marshalled (``bound``, made at the first run), and the last loans on a
+    stream (shared by the next launch on it while they live).
 
-    args: tuple[Any, ...]
-    epoch: int
-    specialization: Specialization
-    grid: tuple[int, int, int]
-    device: Device
-    borrows: list
-    borrowed_partitions: list
-    bound: Any = None
-    stream_loans: tuple = (None, ())
+    (The Python definition of ``LaunchPlan``; the compiled fast path has the same type in C.)"""
+
+    __slots__ = ("args", "epoch", "specialization", "grid", "device", "borrows",
+                 "borrowed_partitions", "bound", "stream_loans")
+
+    def __init__(self, args: tuple, epoch: int, specialization: Specialization,
+                 grid: tuple[int, int, int], device: Device, borrows: list,
+                 borrowed_partitions: list):
+        self.args, self.epoch, self.specialization, self.grid = args, epoch, specialization, grid
+        self.device, self.borrows, self.borrowed_partitions = device, borrows, borrowed_partitions
+        self.bound: Any = None
+        self.stream_loans: tuple = (None, ())
 
 
-PLAN_CACHE_SIZE = 8
-_HOLDERS: dict[str, str] = {}
+class _PreparedLaunchState:
+    """A validated launch: its specialization, grid, arguments, loans, the user's line, its
+    device and the plan it came from (made on every launch).
 
-
-class PreparedLaunch:
-    """A validated launch: its specialization, grid, arguments, loans and device (made on
-    every launch, hence a slotted class)."""
+    (The Python definition of ``PreparedLaunch``; the compiled fast path has the same type in
+    C.)"""
 
     __slots__ = ("specialization", "grid", "args", "loans", "where", "device", "plan")
 
     def __init__(self, specialization: Specialization, grid: tuple[int, int, int],
-                 args: tuple[Any, ...], loans: list[Loan], where: Location, device: Device,
-                 plan: Optional[LaunchPlan] = None):
+                 args: tuple[Any, ...], loans: list, where: Location, device: Device,
+                 plan: Optional[Any] = None):
         self.specialization, self.grid, self.args, self.loans = specialization, grid, args, loans
         self.where, self.device, self.plan = where, device, plan
+
+
+LaunchPlan = _FAST.LaunchPlan if _FAST is not None else _LaunchPlanState
+PreparedLaunch = _FAST.PreparedLaunch if _FAST is not None else _PreparedLaunchState
+PLAN_CACHE_SIZE = 8
+_HOLDERS: dict[str, str] = {}
 
 
 def _outputs(args: Sequence[Any]):
@@ -135,22 +145,22 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
 
 
 def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
-    """``(allocation, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
+    """``(loan book, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
     for p, a, t, mutable in tensor_arguments(params, args):
         action = f"launch with '{p.name}'" if a is t else f"launch with the partition '{p.name}'"
-        wanted.append((t._alloc, *t.footprint(), mutable, action))
+        wanted.append((t._alloc.loans, *t.footprint(), mutable, action))
     return wanted
 
 
 def replay_borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """What each replay of a recorded launch borrows (``deviceops.graph.GraphNode.borrows``):
-    ``(argument, action, allocation, lo, hi, mutable)`` for every argument touching memory."""
+    ``(argument, action, loan book, lo, hi, mutable)`` for every argument touching memory."""
     found = []
     for _, a, t, mutable in tensor_arguments(params, args):
         action = "replay a graph that reads it" if a is t else "replay a graph that writes it"
-        found.append((a, action, t._alloc, *t.footprint(), mutable))
+        found.append((a, action, t._alloc.loans, *t.footprint(), mutable))
     return found
 
 
@@ -160,7 +170,7 @@ def _holder(kernel_name: str) -> str:
         kernel_name, f"the pending launch of '{kernel_name}'")
 
 
-def _plan_loans(plan: LaunchPlan, kernel_name: str, where: Location, stream: Any) -> list[Loan]:
+def _plan_loans(plan: Any, kernel_name: str, where: Location, stream: Any) -> list:
     """The loans of a repeated launch (see ``driver.ledger.shared_or_new_loans``; the
     ownership epoch is that of the plan's validation)."""
     return shared_or_new_loans(plan, plan.borrows, _holder(kernel_name), where, stream)
@@ -310,3 +320,7 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
 
 __all__ = ["LaunchPlan", "PreparedLaunch", "prepare", "recover", "launch_grid", "kernel_args",
            "tensor_arguments", "replay_borrows"]
+
+
+if _FAST is not None:
+    _FAST.configure(holders=_HOLDERS, holder=_holder)

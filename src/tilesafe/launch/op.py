@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from .. import _compiled
 from .._callsite import caller_location
-from ..deviceops.deviceop import DeviceOp, resolve
+from ..deviceops.deviceop import DeviceOp, OpCore, resolve
 from ..driver.ledger import release_all
 from ..driver.stream import Stream, current_stream, next_stream
 from ..errors import Location
 from .checks import PreparedLaunch, prepare, replay_borrows
+
+_FAST = _compiled.FASTPATH
 
 
 class _CaptureStream:
@@ -76,32 +79,17 @@ class KernelNode:
         return None
 
 
-class LaunchOp(DeviceOp[tuple]):
-    """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
+class _LaunchState(OpCore):
+    """What a launch op keeps: its kernel, arguments, grid and line, and, when it was
+    validated at creation, the prepared launch (with its loans) and the pipeline stream it
+    was validated for. Driving it (``sync``; ``_execute`` is DeviceOp's) and dropping it
+    undriven (``__del__``, which gives the loans back) are defined here.
+
+    (The Python definition of ``LaunchCore``, the base of :class:`LaunchOp`; the compiled fast
+    path has the same type in C, which also runs ``_execute`` of a launch that only needs its
+    packed arguments enqueued.)"""
 
     __slots__ = ("_kernel", "_args", "_grid", "_where", "_early", "_early_stream")
-
-    def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
-                 where: Location):
-        self._run = self._label = self._driven_at = None
-        self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
-        self._early: Optional[PreparedLaunch] = None
-        self._early_stream: Optional[Stream] = None
-        for a in args:
-            if isinstance(a, DeviceOp):  # the device is the one its pending arguments use
-                self.device = next((getattr(a, "device", None) for a in args
-                                    if getattr(a, "device", None) is not None), None)
-                return
-        # Inside a running pipeline, work already enqueued on its stream does not block the
-        # launch; the loans are then valid for that stream only (see _perform).
-        self._early_stream = current_stream()
-        self._early = prepare(kernel.name, kernel.params, args, grid, where,
-                              stream=self._early_stream, plans=kernel._plans)
-        self.device = self._early.device
-
-    @property
-    def label(self) -> str:
-        return f"{self._kernel.name}(...) launched at {self._where}"
 
     def sync(self) -> tuple:
         """Run on the device's next pool stream and wait. A launch validated at creation
@@ -117,7 +105,7 @@ class LaunchOp(DeviceOp[tuple]):
 
     def _only_enqueues(self, stream: Stream) -> bool:
         """Validated at creation (outside a pipeline or inside the one running on ``stream``)
-        and already packed for the driver: running it is one enqueue."""
+        and already bound to a backend launch that only enqueues: running it is one enqueue."""
         early = self._early
         return early is not None and self._early_stream in (None, stream) and \
             early.plan is not None and early.plan.bound is not None and \
@@ -128,6 +116,37 @@ class LaunchOp(DeviceOp[tuple]):
         early = self._early
         if early is not None and self._driven_at is None and early.loans:
             release_all(early.loans)
+
+
+LaunchCore = _FAST.LaunchCore if _FAST is not None else _LaunchState
+
+
+class LaunchOp(LaunchCore, DeviceOp[tuple]):
+    """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
+
+    __slots__ = ()
+
+    def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
+                 where: Location):
+        self._run = self._label = self._driven_at = None
+        self._kernel, self._args, self._grid, self._where = kernel, args, grid, where
+        self._early = None
+        self._early_stream = None
+        for a in args:
+            if isinstance(a, DeviceOp):  # the device is the one its pending arguments use
+                self.device = next((getattr(a, "device", None) for a in args
+                                    if getattr(a, "device", None) is not None), None)
+                return
+        # Inside a running pipeline, work already enqueued on its stream does not block the
+        # launch; the loans are then valid for that stream only (see _perform).
+        self._early_stream = current_stream()
+        self._early = prepare(kernel.name, kernel.params, args, grid, where,
+                              stream=self._early_stream, plans=kernel._plans)
+        self.device = self._early.device
+
+    @property
+    def label(self) -> str:
+        return f"{self._kernel.name}(...) launched at {self._where}"
 
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel
@@ -150,3 +169,7 @@ class LaunchOp(DeviceOp[tuple]):
         super()._consume(how)
         if how != "driven" and self._early is not None:
             release_all(self._early.loans)
+
+
+if _FAST is not None:
+    _FAST.configure(LaunchOp=LaunchOp)
