@@ -1,7 +1,7 @@
-"""Misuse is a feature: kernels that break the device-side rules (DESIGN.md section 2, rules 1,
-2, 4, 5 and the tile language's syntax) must be rejected at compile time with the right error
-class, a message that says what is wrong, the file:line of the offending statement, the kernel's
-name and a fix.
+"""Misuse is a feature: kernels that break the device-side rules (the MutTensor's and the
+shared Tensor's access rules, tile typing, unsafe kernels, the tile language's syntax) must be
+rejected at compile time with the right error class, a message that says what is wrong, the
+file:line of the offending statement, the kernel's name and a fix.
 
 Each offending line carries a marker comment ``# <- tag``; :func:`here` finds its line number
 in this file, so the expected locations never go stale when the file is edited.

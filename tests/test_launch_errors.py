@@ -1,5 +1,5 @@
-"""Misuse is a feature: launches that break the host-side rules (DESIGN.md section 2, rules 5-7
-and 9) are rejected before anything runs, with the right LaunchError subclass and a message
+"""Misuse is a feature: launches that break the host-side rules (README, "Safety": unsafe
+kernels, moves, aliasing, launch preconditions) are rejected before anything runs, with the right LaunchError subclass and a message
 that names the launch site (file:line of this test) and the fix. Afterwards every tensor of the
 failed launch is unchanged and still usable: it reads back with ``.numpy()`` and a correct
 launch with the very same objects succeeds.
@@ -44,7 +44,7 @@ def check(err: Exception, cls: type, phrase: str, tag: str) -> None:
 
 
 def assert_fix(err: Exception) -> None:
-    """The message says how to fix it (DESIGN.md section 2). Asserted last in each test, so a
+    """The message says how to fix it (every error does). Asserted last in each test, so a
     missing fix does not hide the checks that the failed launch left everything usable."""
     assert getattr(err, "hint", ""), f"no fix in: {err}"
     assert err.hint in str(err)

@@ -1,4 +1,4 @@
-"""The host half of the safety model (DESIGN.md rules 6-9) on the cpu device: partitions,
+"""The host half of the safety model (moves, aliasing, borrows in flight) on the cpu device: partitions,
 moves, exclusive borrows, aliasing through views, loans of pending work, and rejected launches
 that leave everything unchanged and usable."""
 
@@ -365,9 +365,9 @@ def test_no_launch_slips_between_another_launchs_checks_and_loans(monkeypatch):
 
 
 def test_no_launch_starts_writing_a_tensor_while_the_host_copies_it(monkeypatch):
-    from tilesafe.driver.platform import HostPlatform
+    from tilesafe.driver.platform import platform_of
     t, x = ts.zeros(64).sync(), ts.ones(64).sync()
-    seen = _rival_inside(monkeypatch, HostPlatform, "read",
+    seen = _rival_inside(monkeypatch, type(platform_of(t.device)), "read",
                          lambda: scale1d(ts.borrow_mut(t).partition(16), x, 1.0).sync())
     assert np.array_equal(t.numpy(), np.zeros(64))  # the copy is made before the rival runs
     seen["thread"].join(5)

@@ -1,7 +1,7 @@
 """Tests of the Tile IR bytecode encoder.
 
-Primitive encodings and whole files are compared with the byte strings of the Tile IR facts
-sheet (including the first 221 bytes of a real cuTile Python vector add). Hand-built kernels,
+Primitive encodings and whole files are compared with known byte strings of the Tile IR
+bytecode format (including the first 221 bytes of a real cuTile Python vector add). Hand-built kernels,
 one per op family, are checked with ``tileirdisasm`` (expected mnemonics and types) and
 compiled with ``tileiras --gpu-name sm_90``; those tests skip when the tools are not installed
 (``pip install nvidia-cuda-tileiras nvidia-cuda-nvcc nvidia-nvvm``).
@@ -110,7 +110,7 @@ def has_op(text: str, mnemonic: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# primitives (facts sheet section 2 and 1.2)
+# primitives (varints, offsets, sections)
 
 
 @pytest.mark.parametrize("value, encoded", [
@@ -200,7 +200,7 @@ def test_dense_buffers() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# types (facts sheet section 3)
+# types
 
 
 _VIEW = TensorViewType(F32, (None,), (1,))
@@ -248,7 +248,7 @@ def test_type_rules() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# whole files from the facts sheet (section 7)
+# whole files, byte for byte
 
 _CUTILE_NAME = "vadd_Kt1_A1f32_1i16t1_p16_A1f32_1i16t1_p16_A1f32_1i16t1_p16_I1024"
 

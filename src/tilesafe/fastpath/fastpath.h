@@ -78,6 +78,29 @@ enum { DRIVER_FUNCTION, DRIVER_GX, DRIVER_GY, DRIVER_GZ, DRIVER_ADDRESS, DRIVER_
 extern PyTypeObject LoanType, StreamCoreType, OpCoreType, ChainCoreType, LaunchPlanType,
     PreparedLaunchType, LaunchCoreType, KernelCoreType;
 
+#define FIELDS_MEMBER(name, field) \
+    {name, T_OBJECT_EX, offsetof(FieldsObject, f) + (field) * sizeof(PyObject *), 0, NULL}
+#define OP_MEMBER(name, field) \
+    {name, T_OBJECT_EX, offsetof(OpObject, f) + (field) * sizeof(PyObject *), 0, NULL}
+
+/* the traverse, clear and dealloc of a type whose fields are an array of N references */
+#define FIELDS_FUNCS(prefix, N)                                                            \
+    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg)              \
+    {                                                                                      \
+        return fields_traverse(((FieldsObject *)self)->f, N, visit, arg);                  \
+    }                                                                                      \
+    static int prefix##_clear(PyObject *self)                                              \
+    {                                                                                      \
+        fields_clear(((FieldsObject *)self)->f, N);                                        \
+        return 0;                                                                          \
+    }                                                                                      \
+    static void prefix##_dealloc(PyObject *self)                                           \
+    {                                                                                      \
+        PyObject_GC_UnTrack(self);                                                         \
+        prefix##_clear(self);                                                              \
+        Py_TYPE(self)->tp_free(self);                                                      \
+    }
+
 /* ---- what the layers hand over (configure) --------------------------------------------- */
 
 typedef struct {

@@ -34,9 +34,6 @@ op_dealloc_n(PyObject *self, int n)
 OP_FUNCS(op, OP_FIELDS)
 OP_FUNCS(chain, CHAIN_FIELDS)
 
-#define OP_MEMBER(name, field) \
-    {name, T_OBJECT_EX, offsetof(OpObject, f) + (field) * sizeof(PyObject *), 0, NULL}
-
 static PyMemberDef op_members[] = {
     OP_MEMBER("device", OP_DEVICE), OP_MEMBER("_driven_at", OP_DRIVEN_AT),
     OP_MEMBER("_run", OP_RUN), OP_MEMBER("_label", OP_LABEL),

@@ -224,13 +224,10 @@ next_stream(PyObject *device)
     return PyObject_CallOneArg(config.next_stream, device);
 }
 
-#define STREAM_MEMBER(name, field) \
-    {name, T_OBJECT_EX, offsetof(FieldsObject, f) + (field) * sizeof(PyObject *), 0, NULL}
-
 static PyMemberDef stream_members[] = {
-    STREAM_MEMBER("device", STREAM_DEVICE), STREAM_MEMBER("_pending", STREAM_PENDING),
-    STREAM_MEMBER("_spent", STREAM_SPENT),
-    STREAM_MEMBER("_native_address", STREAM_NATIVE_ADDRESS),
+    FIELDS_MEMBER("device", STREAM_DEVICE), FIELDS_MEMBER("_pending", STREAM_PENDING),
+    FIELDS_MEMBER("_spent", STREAM_SPENT),
+    FIELDS_MEMBER("_native_address", STREAM_NATIVE_ADDRESS),
     {NULL, 0, 0, 0, NULL},
 };
 
