@@ -78,6 +78,10 @@ enum { DRIVER_FUNCTION, DRIVER_GX, DRIVER_GY, DRIVER_GZ, DRIVER_ADDRESS, DRIVER_
 extern PyTypeObject LoanType, StreamCoreType, OpCoreType, ChainCoreType, LaunchPlanType,
     PreparedLaunchType, LaunchCoreType, KernelCoreType;
 
+void field_set(PyObject **slot, PyObject *value);  /* new reference to value, old released */
+int fields_traverse(PyObject **f, int n, visitproc visit, void *arg);
+void fields_clear(PyObject **f, int n);
+
 #define FIELDS_MEMBER(name, field) \
     {name, T_OBJECT_EX, offsetof(FieldsObject, f) + (field) * sizeof(PyObject *), 0, NULL}
 #define OP_MEMBER(name, field) \
@@ -100,6 +104,35 @@ extern PyTypeObject LoanType, StreamCoreType, OpCoreType, ChainCoreType, LaunchP
         prefix##_clear(self);                                                              \
         Py_TYPE(self)->tp_free(self);                                                      \
     }
+
+/* the traverse, clear and dealloc of an op type (with a weak reference list) of N fields */
+static inline int
+op_traverse_n(PyObject *self, visitproc visit, void *arg, int n)
+{
+    return fields_traverse(((OpObject *)self)->f, n, visit, arg);
+}
+
+static inline void
+op_dealloc_n(PyObject *self, int n)
+{
+    PyObject_GC_UnTrack(self);
+    if (((OpObject *)self)->weakreflist != NULL)
+        PyObject_ClearWeakRefs(self);
+    fields_clear(((OpObject *)self)->f, n);
+    Py_TYPE(self)->tp_free(self);
+}
+
+#define OP_FUNCS(prefix, N)                                                                \
+    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg)              \
+    {                                                                                      \
+        return op_traverse_n(self, visit, arg, N);                                         \
+    }                                                                                      \
+    static int prefix##_clear(PyObject *self)                                              \
+    {                                                                                      \
+        fields_clear(((OpObject *)self)->f, N);                                            \
+        return 0;                                                                          \
+    }                                                                                      \
+    static void prefix##_dealloc(PyObject *self) { op_dealloc_n(self, N); }
 
 /* ---- what the layers hand over (configure) --------------------------------------------- */
 
@@ -145,9 +178,6 @@ PyObject *local_get(PyObject *local, PyObject *name);
 PyObject *caller_location(void);
 PyObject *driver_call(PyObject *name);
 PyObject *fail(PyObject *err, PyObject *what);
-void field_set(PyObject **slot, PyObject *value);  /* new reference to value, old released */
-int fields_traverse(PyObject **f, int n, visitproc visit, void *arg);
-void fields_clear(PyObject **f, int n);
 
 /* ---- ledger.c ---------------------------------------------------------------------------- */
 PyObject *lend(PyObject *book, PyObject *lo, PyObject *hi, PyObject *mutable, PyObject *holder,

@@ -225,7 +225,7 @@ run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream, PyObject *t
 static int
 launch_traverse(PyObject *self, visitproc visit, void *arg)
 {
-    return fields_traverse(((OpObject *)self)->f, LAUNCH_FIELDS, visit, arg);
+    return op_traverse_n(self, visit, arg, LAUNCH_FIELDS);
 }
 
 static int
@@ -240,11 +240,7 @@ launch_dealloc(PyObject *self)
 {
     if (PyObject_CallFinalizerFromDealloc(self) < 0)
         return;  /* resurrected */
-    PyObject_GC_UnTrack(self);
-    if (((OpObject *)self)->weakreflist != NULL)
-        PyObject_ClearWeakRefs(self);
-    launch_clear(self);
-    Py_TYPE(self)->tp_free(self);
+    op_dealloc_n(self, LAUNCH_FIELDS);
 }
 
 static int
@@ -422,26 +418,7 @@ PyTypeObject LaunchCoreType = {
 
 /* ---- KernelCore -------------------------------------------------------------------------- */
 
-static int
-kernel_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    return fields_traverse(((KernelObject *)self)->f, KERNEL_FIELDS, visit, arg);
-}
-
-static int
-kernel_clear(PyObject *self)
-{
-    fields_clear(((KernelObject *)self)->f, KERNEL_FIELDS);
-    return 0;
-}
-
-static void
-kernel_dealloc(PyObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    kernel_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+FIELDS_FUNCS(kernel, KERNEL_FIELDS)
 
 static PyObject *
 launch_the_long_way(PyObject *kernel, PyObject *args, PyObject *kwargs)

@@ -24,26 +24,7 @@ loan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return self;
 }
 
-static int
-loan_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    return fields_traverse(LOAN(self)->f, LOAN_FIELDS, visit, arg);
-}
-
-static int
-loan_clear(PyObject *self)
-{
-    fields_clear(LOAN(self)->f, LOAN_FIELDS);
-    return 0;
-}
-
-static void
-loan_dealloc(PyObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    loan_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+FIELDS_FUNCS(loan, LOAN_FIELDS)
 
 #define LOAN_MEMBER(name, field) \
     {name, T_OBJECT_EX, offsetof(LoanObject, f) + (field) * sizeof(PyObject *), 0, NULL}

@@ -3,34 +3,6 @@
  * steps with its step loop (then, _perform, _enqueue_while_only_enqueueing). */
 #include "fastpath.h"
 
-static int
-op_traverse_n(PyObject *self, visitproc visit, void *arg, int n)
-{
-    return fields_traverse(((OpObject *)self)->f, n, visit, arg);
-}
-
-static void
-op_dealloc_n(PyObject *self, int n)
-{
-    PyObject_GC_UnTrack(self);
-    if (((OpObject *)self)->weakreflist != NULL)
-        PyObject_ClearWeakRefs(self);
-    fields_clear(((OpObject *)self)->f, n);
-    Py_TYPE(self)->tp_free(self);
-}
-
-#define OP_FUNCS(prefix, N)                                                                \
-    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg)              \
-    {                                                                                      \
-        return op_traverse_n(self, visit, arg, N);                                         \
-    }                                                                                      \
-    static int prefix##_clear(PyObject *self)                                              \
-    {                                                                                      \
-        fields_clear(((OpObject *)self)->f, N);                                            \
-        return 0;                                                                          \
-    }                                                                                      \
-    static void prefix##_dealloc(PyObject *self) { op_dealloc_n(self, N); }
-
 OP_FUNCS(op, OP_FIELDS)
 OP_FUNCS(chain, CHAIN_FIELDS)
 

@@ -3,26 +3,7 @@
  * handle), with on_complete and synchronize; and next_stream, a device's pool stream. */
 #include "fastpath.h"
 
-static int
-stream_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    return fields_traverse(((FieldsObject *)self)->f, STREAM_FIELDS, visit, arg);
-}
-
-static int
-stream_clear(PyObject *self)
-{
-    fields_clear(((FieldsObject *)self)->f, STREAM_FIELDS);
-    return 0;
-}
-
-static void
-stream_dealloc(PyObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    stream_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+FIELDS_FUNCS(stream, STREAM_FIELDS)
 
 static PyObject *last_cuda_device;  /* devices are immutable: remember the last cuda one */
 
