@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect as _inspect
 
+from .compiler import ops as _ops  # noqa: F401 (importing declares every op in the registry)
 from .compiler import registry as _registry
 from .compiler.signature import Const, MappedPartitionMut, MutTensor, Ptr, Tensor
 from .dtypes import (DType, b1, bf16, bfloat16, bool_, f16, f32, f64, float16, float32,
@@ -20,7 +21,6 @@ from .dtypes import (DType, b1, bf16, bfloat16, bool_, f16, f32, f64, float16, f
                      uint8, uint16, uint32, uint64)
 from .errors import CompileError as _CompileError
 
-_registry.load_all()
 
 
 def _make_stub(entry: _registry.Builtin):

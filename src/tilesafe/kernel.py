@@ -181,15 +181,19 @@ class Kernel(KernelCore):
         plan = prepared.plan
         if plan is not None and plan.bound is not None:
             return plan.bound
-        device = prepared.device
-        args = kernel_args(self.params, prepared.args)
-        ir = self._ir(prepared.specialization)
-        facts = backends.for_device(device).launch_facts(ir, args)
-        exe = self._executable(prepared.specialization, self._target(device), facts)
+        exe, args = self._executable_for(prepared)
         bound = exe.bind(args, prepared.grid)
         if plan is not None:
             plan.bound = bound
         return bound
+
+    def _executable_for(self, prepared: PreparedLaunch) -> tuple[Any, list]:
+        """The executable of a validated launch (its specialization, device and launch facts)
+        and the backend's description of its arguments."""
+        device = prepared.device
+        args = kernel_args(self.params, prepared.args)
+        facts = backends.for_device(device).launch_facts(self._ir(prepared.specialization), args)
+        return self._executable(prepared.specialization, self._target(device), facts), args
 
     def compile(self, *args: Any, target: Optional[str] = None,
                 grid: Optional[Sequence[int]] = None) -> Any:
@@ -201,10 +205,7 @@ class Kernel(KernelCore):
             ahead = backends.by_name("tileir").ahead_of_time(target)
             return pipeline.compile(self._ir(prepared.specialization), ahead, hints=self.hints,
                                     on_compiled=self._counted)
-        device = prepared.device
-        facts = backends.for_device(device).launch_facts(
-            self._ir(prepared.specialization), kernel_args(self.params, prepared.args))
-        return self._executable(prepared.specialization, self._target(device), facts)
+        return self._executable_for(prepared)[0]
 
     def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
         """Compile (without running) for these arguments and return the typed IR."""

@@ -105,8 +105,3 @@ def get_op(name: str) -> OpDef:
 
 def get_builtin(name: str) -> Builtin:
     return BUILTINS[name]
-
-
-def load_all() -> None:
-    """Import every op module so that the registry is complete (idempotent)."""
-    from . import ops  # noqa: F401  (importing declares the ops)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from .... import dtypes as dt
+from ....compiler import ops as _ops  # noqa: F401 (every op declared: lowerings attach to them)
 from ....compiler import registry
 from ....compiler.ir import Block, KernelIR, Operation
 from ....compiler.ir import Value as IRValue
@@ -35,7 +36,6 @@ __all__ = ["LoweringContext", "TensorArg", "PartitionArg", "lowers", "scalar_typ
 
 LowerFn = Callable[["LoweringContext", Operation], None]
 
-registry.load_all()
 
 _SCALARS: dict[DType, ScalarType] = {
     dt.bool_: I1, dt.int8: I8, dt.uint8: I8, dt.int16: I16, dt.uint16: I16, dt.int32: I32,
