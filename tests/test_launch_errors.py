@@ -303,13 +303,16 @@ def fill(z: tc.MutTensor[tc.f32, "S"], value: float):
     z.store(value)
 
 
-def test_partition_of_rank_4():
+def test_partition_of_rank_4_is_refused_where_it_is_made():
     t = ts.full((2, 2, 2, 2), -1.0).sync()
-    z = t.partition((1, 1, 1, 1))
-    err = launch_fails(PartitionRankError, lambda: fill(z, 3.0).sync())  # <- rank4
-    check(err, PartitionRankError, "a partition of rank 4 cannot be launched", "rank4")
-    assert np.array_equal(z.unpartition().numpy(), np.full((2, 2, 2, 2), -1.0, np.float32))
+    err = launch_fails(PartitionRankError, lambda: t.partition((1, 1, 1, 1)))  # <- rank4
+    check(err, PartitionRankError, "a partition of rank 4 cannot be made", "rank4")
+    assert np.array_equal(t.numpy(), np.full((2, 2, 2, 2), -1.0, np.float32))  # not moved
     assert_fix(err)
+    with pytest.raises(PartitionRankError, match="rank 0"):
+        ts.full((), 1.0).sync().partition(())
+    z = t.reshape(4, 4).partition((2, 2))  # the tensor is still usable
+    fill(z, 3.0).sync()
 
 
 def test_partition_of_rank_3_is_accepted():

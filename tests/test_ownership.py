@@ -268,7 +268,8 @@ def test_replay_borrows_lend_each_tensor_once_mutable_if_any_launch_writes_it():
                 (scale1d, (ts.borrow_mut(z).partition(8), x, 3.0))]
     borrows = ReplayBorrows(launches)
     assert [(lo, hi, mutable) for _, lo, hi, mutable in borrows.ranges] == \
-        [(0, 64, True), (0, 64, False)]
+        [(*z.span(), True), (*x.span(), False)]  # device addresses of 64 bytes each
+    assert z.span()[1] - z.span()[0] == 64 == x.span()[1] - x.span()[0]
     loans = borrows.lend("a replay", None, None)
     assert x.numpy()[3] == 3.0  # shared: the host may read
     with pytest.raises(BorrowError, match="mutably borrowed by a replay"):

@@ -12,6 +12,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+MAX_GRID_RANK = 3
+"""A launch grid has at most three axes, so a partition (one tile per program) has rank 1-3."""
+
 
 def tile_grid(shape: Sequence[int], tile_shape: Sequence[int]) -> tuple[int, ...]:
     """Tiles per axis when ``shape`` is cut into ``tile_shape`` tiles (edge tiles partial)."""
@@ -71,3 +74,31 @@ def reshape_strides(shape: Sequence[int], strides: Sequence[int],
     for k in range(ni, len(new_shape)):
         new_strides[k] = 1
     return tuple(new_strides)
+
+
+def footprint(shape: Sequence[int], strides: Sequence[int], offset: int,
+              itemsize: int) -> tuple[int, int]:
+    """The half-open byte range ``[lo, hi)`` that a strided view (element ``offset``, element
+    ``strides``) can touch, counted from element 0 of its storage."""
+    if any(d == 0 for d in shape):
+        return (offset * itemsize, offset * itemsize)
+    lo = hi = offset
+    for d, s in zip(shape, strides):
+        if s < 0:
+            lo += (d - 1) * s
+        else:
+            hi += (d - 1) * s
+    return (lo * itemsize, (hi + 1) * itemsize)
+
+
+def is_injective(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether no two indices of a view of ``shape`` and element ``strides`` reach the same
+    element: taken by increasing stride, each axis must step past everything the axes before
+    it span."""
+    spanned = 0
+    for d, s in sorted(((d, abs(s)) for d, s in zip(shape, strides) if d > 1),
+                       key=lambda axis: axis[1]):
+        if s <= spanned:
+            return False
+        spanned += (d - 1) * s
+    return True

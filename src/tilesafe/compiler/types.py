@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..dtypes import DType
+from ..shapes import MAX_GRID_RANK
 
 MAX_TILE_ELEMENTS = 1 << 24
-MAX_PARTITION_RANK = 3
+MAX_PARTITION_RANK = MAX_GRID_RANK
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The ownership ledger: allocations and the loans on them, who may touch which bytes now.
 
 An :class:`Allocation` is one block of device memory (on ``cpu``, a 1-D numpy array of the
-storage dtype). Tensors are typed, strided views of an allocation. Work that is created but not
-yet complete (a pending DeviceOp, a borrowed partition) holds :class:`Loan` s on the byte
-ranges it may touch: *shared* loans for inputs, *mutable* loans for outputs. While a loan
-lasts:
+storage dtype), or foreign memory imported through DLPack. Tensors are typed, strided views of
+an allocation. Work that is created but not yet complete (a pending DeviceOp, a borrowed
+partition) holds :class:`Loan` s on the byte ranges it may touch: *shared* loans for inputs,
+*mutable* loans for outputs. While a loan lasts:
 
 * reading bytes under a mutable loan raises :class:`~tilesafe.errors.BorrowError`;
 * writing, or lending mutably, bytes under any loan raises it too.
@@ -12,7 +12,13 @@ lasts:
 Completion (sync, an awaited future, an observed event) releases the loan. Work enqueued on a
 stream is ordered after earlier work on the same stream, so loans held by that stream do not
 stop it from enqueueing more (they still stop the host). Byte ranges are the conservative
-footprint ``[lowest, highest]`` of a view.
+footprint ``[lowest, highest]`` of a view, as device addresses.
+
+Loans are keyed by memory, not by allocation: every allocation and import on a device is a
+:class:`Region` of that device's :class:`MemoryMap`, and regions that share a byte share one
+loan book (two DLPack imports of one buffer, a slice imported beside the whole, a tilesafe
+tensor exported and imported back), so any two tensors over the same bytes conflict exactly as
+two views of one allocation do.
 
 Threads (awaited pipelines run on waiter threads) share the loans, so every ownership step
 holds :data:`LEDGER` from its checks to its effect: a launch's checks and loans, the end of
@@ -25,7 +31,9 @@ Loans are taken by :func:`take_loans` (check, then lend) and, for work repeated 
 
 from __future__ import annotations
 
+import bisect
 import threading
+import weakref
 from typing import Any, Optional
 
 from .. import _compiled
@@ -52,6 +60,29 @@ class _LoanState:
 Loan = _FAST.Loan if _FAST is not None else _LoanState
 
 
+class _ReadOnly:
+    """The ``stream`` of a loan that never ends: memory made read-only for good (the result of
+    a ``.shared()`` op). No stream is it, so no work is exempt from it."""
+
+    def __repr__(self) -> str:
+        return "READ_ONLY"
+
+
+READ_ONLY = _ReadOnly()
+
+
+def make_read_only(book: list, lo: int, hi: int, where: Optional[Location]) -> None:
+    """Keep the addresses ``[lo, hi)`` read-only from now on, through every path to them (the
+    caller holds :data:`LEDGER`)."""
+    lend(book, lo, hi, mutable=False, holder="the read-only result of .shared()", where=where,
+         stream=READ_ONLY)
+
+
+def is_read_only(book: list, lo: int, hi: int) -> bool:
+    """Whether any of the addresses ``[lo, hi)`` was made read-only."""
+    return any(loan.stream is READ_ONLY and loan.lo < hi and lo < loan.hi for loan in book)
+
+
 def describe(loan: Loan) -> str:
     """How a borrow error names ``loan``."""
     kind = "mutably" if loan.mutable else "shared"
@@ -74,6 +105,11 @@ def check(book: list, lo: int, hi: int, *, write: bool, action: str, where: Loca
           stream: Any = None) -> None:
     """Raise BorrowError if a loan of ``book`` forbids ``action`` (see :func:`conflict`)."""
     loan = conflict(book, lo, hi, write=write, stream=stream)
+    if loan is not None and loan.stream is READ_ONLY:
+        raise BorrowError(f"cannot {action}: its memory is the read-only result of .shared() "
+                          f"(at {loan.where}), reached through another tensor over the same "
+                          "bytes", where, hint="pass it as a tc.Tensor input; to modify it, "
+                          "copy it first with .clone()")
     if loan is not None:
         raise BorrowError(f"cannot {action}: its memory is {describe(loan)}, which has not "
                           "completed", where,
@@ -108,32 +144,127 @@ def release(loan: Loan) -> None:
         pass  # already released
 
 
+class Region:
+    """The address range ``[lo, hi)`` of one live allocation or import on a device, and the
+    loan book it shares with every region it overlaps."""
+
+    __slots__ = ("lo", "hi", "book")
+
+    def __init__(self, lo: int, hi: int, book: list):
+        self.lo, self.hi, self.book = lo, hi, book
+
+
+class MemoryMap:
+    """The live regions of one device, sorted by address (an interval index). Registering a
+    region that overlaps others gives it their book; overlapping regions of different books
+    merge them into one (which bumps the ownership epoch: plans validated before re-check)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._regions: list[Region] = []
+        self._widest = 0
+
+    def overlapping(self, lo: int, hi: int) -> list[Region]:
+        """The live regions sharing a byte with ``[lo, hi)``."""
+        end = bisect.bisect_left(self._starts, hi)
+        found, i = [], end - 1
+        while i >= 0 and self._starts[i] > lo - self._widest - 1:
+            region = self._regions[i]
+            if region.hi > lo and region.lo < hi:
+                found.append(region)
+            i -= 1
+        return found
+
+    def register(self, lo: int, hi: int) -> Region:
+        """A new region for ``[lo, hi)``, in the book of the regions it overlaps (the caller
+        holds :data:`LEDGER`)."""
+        books: list[list] = []
+        for other in self.overlapping(lo, hi) if hi > lo else ():
+            if not any(other.book is b for b in books):
+                books.append(other.book)
+        if not books:
+            book: list = []
+        else:
+            book = books[0]
+            for other_book in books[1:]:  # one group now: one book
+                for loan in other_book:
+                    loan.book = book
+                book.extend(other_book)
+                other_book.clear()
+                for region in self._regions:
+                    if region.book is other_book:
+                        region.book = book
+            if len(books) > 1:
+                bump_ownership_epoch()
+        region = Region(lo, hi, book)
+        at = bisect.bisect_right(self._starts, lo)
+        self._starts.insert(at, lo)
+        self._regions.insert(at, region)
+        self._widest = max(self._widest, hi - lo)
+        return region
+
+    def remove(self, region: Region) -> None:
+        """Forget a region whose memory is gone (its allocation was collected)."""
+        with LEDGER:
+            at = bisect.bisect_left(self._starts, region.lo)
+            while at < len(self._regions) and self._starts[at] == region.lo:
+                if self._regions[at] is region:
+                    del self._starts[at], self._regions[at]
+                    return
+                at += 1
+
+
+_MAPS: dict[tuple[str, int], MemoryMap] = {}
+
+
+def memory_map(device: Device) -> MemoryMap:
+    """The memory map of ``device`` (made on first use)."""
+    key = (device.kind, device.index)
+    found = _MAPS.get(key)
+    if found is None:
+        found = _MAPS.setdefault(key, MemoryMap())
+    return found
+
+
 class Allocation:
-    """A block of memory on one device, with its loan book (the loans of pending work).
+    """A block of memory on one device, registered in the device's memory map.
 
     Attributes:
-        data: the backing store (a 1-D numpy array on ``cpu``).
+        data: the backing store (a 1-D numpy array on ``cpu``, a device buffer on ``cuda``).
         device: where it lives.
         owner: a foreign object kept alive with the memory (DLPack imports), or None.
-        loans: the loan book: the live loans on this memory.
+        base: the address of its first byte (loans and conflicts are in addresses).
+        readonly: True for memory imported read-only (it is never written or lent mutably).
+        loans: the loan book: the live loans on this memory and on every region overlapping it.
     """
 
-    __slots__ = ("data", "device", "owner", "loans", "__weakref__")
+    __slots__ = ("data", "device", "owner", "base", "readonly", "region", "__weakref__")
 
-    def __init__(self, data: Any, device: Device, owner: Any = None):
+    def __init__(self, data: Any, device: Device, owner: Any = None, *, base: int = 0,
+                 nbytes: int = 0, readonly: bool = False):
         self.data = data
         self.device = device
         self.owner = owner
-        self.loans: list[Loan] = []
+        self.base = base
+        self.readonly = readonly
+        maps = memory_map(device)
+        with LEDGER:
+            self.region = maps.register(base, base + nbytes)
+        weakref.finalize(self, maps.remove, self.region)
+
+    @property
+    def loans(self) -> list:
+        """The loan book of this memory (shared with every region that overlaps it)."""
+        return self.region.book
 
     def conflict(self, lo: int, hi: int, *, write: bool, stream: Any = None) -> Optional[Loan]:
-        """The first loan on this memory that forbids the access (see :func:`conflict`)."""
-        return conflict(self.loans, lo, hi, write=write, stream=stream)
+        """The first loan on these addresses that forbids the access (see :func:`conflict`)."""
+        return conflict(self.region.book, lo, hi, write=write, stream=stream)
 
     def check(self, lo: int, hi: int, *, write: bool, action: str, where: Location,
               stream: Any = None) -> None:
-        """Raise BorrowError if a loan on this memory forbids ``action``."""
-        check(self.loans, lo, hi, write=write, action=action, where=where, stream=stream)
+        """Raise BorrowError if a loan on the addresses ``[lo, hi)`` forbids ``action``."""
+        check(self.region.book, lo, hi, write=write, action=action, where=where, stream=stream)
 
 
 def _ledger_lock() -> Any:

@@ -66,6 +66,10 @@ class Platform:
         """Overwrite the elements of a strided view with ``values`` (storage dtype)."""
         raise NotImplementedError
 
+    def span(self, data: Any) -> tuple[int, int]:
+        """The address of the memory's first byte and its size in bytes."""
+        raise NotImplementedError
+
     def host_array(self, data: Any, offset: int, shape: Sequence[int],
                    strides: Sequence[int]) -> np.ndarray:
         """A writable numpy view of the elements, where the host can address the memory."""
@@ -76,9 +80,10 @@ class Platform:
         raise NotImplementedError
 
     def export_dlpack(self, data: Any, offset: int, shape: Sequence[int],
-                      strides: Sequence[int], storage: np.dtype, *, stream: Any,
+                      strides: Sequence[int], storage: np.dtype, *, readonly: bool, stream: Any,
                       max_version: Any, copy: Optional[bool]) -> Any:
-        """The DLPack capsule of a strided view of the memory (zero-copy)."""
+        """The DLPack capsule of a strided view of the memory (zero-copy; flagged read-only
+        with ``readonly``)."""
         raise NotImplementedError
 
     # -- streams and events -----------------------------------------------------------------
@@ -108,6 +113,9 @@ class HostPlatform(Platform):
     def allocate(self, device: Device, storage: np.ndarray, stream: Any) -> np.ndarray:
         return np.array(storage, order="C", copy=True).reshape(-1)
 
+    def span(self, data: np.ndarray) -> tuple[int, int]:
+        return int(data.ctypes.data), int(data.nbytes)
+
     def read(self, data, offset, shape, strides, storage, byte_range, stream) -> np.ndarray:
         return np.array(strided(data, offset, shape, strides), copy=True)
 
@@ -120,9 +128,15 @@ class HostPlatform(Platform):
     def address(self, data: np.ndarray, byte_offset: int) -> int:
         return int(data.ctypes.data) + byte_offset
 
-    def export_dlpack(self, data, offset, shape, strides, storage, *, stream, max_version,
-                      copy) -> Any:
+    def export_dlpack(self, data, offset, shape, strides, storage, *, readonly, stream,
+                      max_version, copy) -> Any:
         array = self.host_array(data, offset, shape, strides)
+        if readonly:
+            array.flags.writeable = False
+            if max_version is None or tuple(max_version) < (1, 0):
+                raise BufferError("this tensor is read-only and DLPack before 1.0 cannot say so: "
+                                  "import it with a consumer of DLPack 1.0 (numpy 2.1+, torch "
+                                  "2.5+) or copy it first (t.clone())")
         if max_version is not None:
             return array.__dlpack__(max_version=max_version, copy=copy)
         return array.__dlpack__()
@@ -143,6 +157,9 @@ class CudaPlatform(Platform):
         cuda.host_to_device(buf.ptr, storage, stream.native)
         return buf
 
+    def span(self, data: cuda.DeviceBuffer) -> tuple[int, int]:
+        return data.ptr, data.nbytes
+
     def read(self, data, offset, shape, strides, storage, byte_range, stream) -> np.ndarray:
         lo, hi = byte_range
         raw = cuda.device_to_host(data.ptr + lo, hi - lo, stream.native)
@@ -161,10 +178,10 @@ class CudaPlatform(Platform):
     def address(self, data: cuda.DeviceBuffer, byte_offset: int) -> int:
         return data.ptr + byte_offset
 
-    def export_dlpack(self, data, offset, shape, strides, storage, *, stream, max_version,
-                      copy) -> Any:
+    def export_dlpack(self, data, offset, shape, strides, storage, *, readonly, stream,
+                      max_version, copy) -> Any:
         view = cuda.export_view(data, offset * np.dtype(storage).itemsize, shape, strides,
-                                storage, False)
+                                storage, readonly)
         return view.__dlpack__(stream=stream, max_version=max_version)
 
     def native_stream(self, device: Device, foreign: Any) -> Any:

@@ -2,7 +2,9 @@
 on cuda, ``__cuda_array_interface__`` (v3).
 
 An export is a read of the tensor's memory, so the borrow rules apply (a tensor that pending
-work borrows mutably cannot be exported). On the ``cpu`` device the export goes through
+work borrows mutably cannot be exported), and read-only memory (a ``.shared()`` result, a
+read-only import) is exported read-only (DLPack 1.0's flag; a consumer asking for an older
+DLPack gets a BufferError rather than a writable view). On the ``cpu`` device the export goes through
 numpy's DLPack support (bf16, which numpy cannot represent, is refused with an explanation);
 on ``cuda:N`` through cuda.core's StridedMemoryView. Imports are ``host.interop``'s.
 
@@ -30,7 +32,7 @@ def cuda_array_interface(tensor: Any) -> dict:
     tensor._check_access("export it", write=False)
     item = tensor.dtype.itemsize
     return {"shape": tensor.shape, "typestr": tensor.dtype.storage.str,
-            "data": (tensor._address(), False),
+            "data": (tensor._address(), tensor.is_read_only),
             "strides": tuple(s * item for s in tensor.strides), "version": 3, "stream": None}
 
 
@@ -43,4 +45,4 @@ def export_dlpack(tensor: Any, *, stream: Any = None, max_version: Any = None,
                           f"{tensor.device}) yet")
     return platform_of(tensor.device).export_dlpack(
         tensor._alloc.data, tensor._offset, tensor.shape, tensor.strides, tensor.dtype.storage,
-        stream=stream, max_version=max_version, copy=copy)
+        readonly=tensor.is_read_only, stream=stream, max_version=max_version, copy=copy)

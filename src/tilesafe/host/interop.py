@@ -21,30 +21,50 @@ from ..driver import cuda
 from ..driver.device import CPU, Device
 from ..driver.ledger import Allocation
 from ..errors import ArgumentError
+from ..shapes import contiguous_strides, footprint
 from .tensor import Tensor
 
 _DL_CPU, _DL_CUDA = 1, 2
 
 
 def from_dlpack(obj: Any) -> Tensor:
-    """A tilesafe tensor sharing the memory of ``obj`` (numpy, torch, cupy, jax, ...).
+    """A tilesafe tensor sharing the memory of ``obj`` (numpy, torch, cupy, jax, ...; anything
+    with ``__dlpack__``, ``__cuda_array_interface__`` or ``__array_interface__``).
 
-    Writes through either side are visible to the other. The tensor keeps ``obj`` alive.
+    The tensor keeps ``obj`` alive. Its loans are keyed by the memory itself: importing the same
+    bytes twice, or a slice beside the whole, gives tensors that conflict like two views of one
+    allocation. Memory imported read-only (a read-only numpy array) is never written by
+    tilesafe: it cannot be partitioned, borrowed mutably or written.
+
+    What tilesafe cannot see: writes made through ``obj`` itself (or any other handle of the
+    foreign library) while tilesafe work that borrows the memory is pending. Those are outside
+    the safety model: drive tilesafe work to completion before touching the memory elsewhere.
     """
     where = caller_location()
-    device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else \
-        (_DL_CUDA if hasattr(obj, "__cuda_array_interface__") else _DL_CPU)
+    if hasattr(obj, "__dlpack_device__"):
+        device_type = obj.__dlpack_device__()[0]
+    elif hasattr(obj, "__cuda_array_interface__"):
+        device_type = _DL_CUDA
+    elif hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"):
+        device_type = _DL_CPU
+    else:
+        raise ArgumentError(f"from_dlpack: {type(obj).__name__} exposes no DLPack, CUDA array "
+                            "or array interface", where,
+                            hint="pass a numpy, torch, cupy or jax array (or a tilesafe tensor)")
     if device_type == _DL_CUDA:
         return _from_cuda(obj, where)
     if device_type != _DL_CPU:
         raise ArgumentError(f"from_dlpack: memory on DLPack device type {device_type} is not "
                             "supported (cpu and cuda only)", where)
     try:
-        array = np.from_dlpack(obj)
-    except (TypeError, BufferError, RuntimeError) as err:
+        array = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else np.asarray(obj)
+    except (TypeError, BufferError, RuntimeError, ValueError) as err:
         raise ArgumentError(f"from_dlpack: cannot import {type(obj).__name__}: {err}", where,
                             hint="bf16 cannot be imported on the cpu device; convert to float32 "
                             "first") from None
+    if array.dtype.hasobject or array.dtype.fields is not None:
+        raise ArgumentError(f"from_dlpack: {array.dtype} elements are not a tilesafe dtype",
+                            where, hint="convert to a numeric dtype first")
     dtype = dt.from_numpy(array.dtype)
     item = array.itemsize
     if any(s % item for s in array.strides) or any(s < 0 for s in array.strides):
@@ -54,18 +74,20 @@ def from_dlpack(obj: Any) -> Tensor:
     span = 1 + sum((d - 1) * s for d, s in zip(array.shape, strides)) if array.size else 0
     flat = np.lib.stride_tricks.as_strided(array, shape=(span,), strides=(item,),
                                            writeable=array.flags.writeable)
-    return Tensor(Allocation(flat, CPU, owner=obj), array.shape, dtype, strides=strides)
+    allocation = Allocation(flat, CPU, owner=obj, base=int(flat.ctypes.data),
+                            nbytes=span * item, readonly=not array.flags.writeable)
+    return Tensor(allocation, array.shape, dtype, strides=strides)
 
 
 def _from_cuda(obj: Any, where) -> Tensor:
     view = cuda.dlpack_view(obj)
     dtype = dt.from_numpy(view.dtype)
     shape = tuple(view.shape)
-    strides = tuple(view.strides) if view.strides is not None else None
-    probe = Tensor(Allocation(None, CPU), shape, dtype, strides=strides)
-    lo, hi = probe.footprint()
+    strides = tuple(view.strides) if view.strides is not None else contiguous_strides(shape)
+    lo, hi = footprint(shape, strides, 0, dtype.itemsize)
     if lo < 0:
         raise ArgumentError("from_dlpack: negative strides are not supported", where)
     buf = cuda.wrap_foreign(int(view.ptr), hi, obj)
-    return Tensor(Allocation(buf, Device("cuda", int(view.device_id)), owner=obj), shape, dtype,
-                  strides=probe.strides)
+    allocation = Allocation(buf, Device("cuda", int(view.device_id)), owner=obj, base=buf.ptr,
+                            nbytes=hi, readonly=bool(getattr(view, "readonly", False)))
+    return Tensor(allocation, shape, dtype, strides=strides)

@@ -20,14 +20,14 @@ import numpy as np
 
 from .._callsite import caller_location
 from ..driver.ledger import LEDGER, bump_ownership_epoch
-from ..errors import Location, MovedError, PartitionError
-from ..shapes import tile_grid
+from ..errors import Location, MovedError, PartitionError, PartitionRankError
+from ..shapes import MAX_GRID_RANK, tile_grid
 
 
 class Partition:
     """A tensor split into tiles of ``tile_shape``; passed to a ``tc.MutTensor`` parameter."""
 
-    __slots__ = ("_tensor", "tile_shape", "_spent_at", "_spent_why", "_borrowed_from")
+    __slots__ = ("_tensor", "_tile_shape", "_spent_at", "_spent_why", "_borrowed_from")
 
     def __init__(self, tensor: Any, tile_shape: "int | Sequence[int]", *,
                  borrowed_from: Optional[Any] = None):
@@ -38,17 +38,28 @@ class Partition:
                                  caller_location(), hint="e.g. t.partition(1024) or "
                                  "t.partition((64, 64))")
         tile = tuple(int(t) for t in tile)
+        if not 1 <= len(tile) <= MAX_GRID_RANK:
+            raise PartitionRankError(f"a partition of rank {len(tile)} cannot be made: a launch "
+                                     f"grid has 1 to {MAX_GRID_RANK} axes (at most "
+                                     f"{MAX_GRID_RANK}), one per partition axis",
+                                     caller_location(), hint="reshape the tensor to rank 1 to "
+                                     f"{MAX_GRID_RANK} before partitioning (t.reshape(...))")
         if len(tile) != tensor.ndim:
             raise PartitionError(f"tile shape {tile} has rank {len(tile)} but the tensor has "
                                  f"shape {tensor.shape}", caller_location(),
                                  hint="give one tile extent per tensor dimension")
         self._tensor = tensor
-        self.tile_shape = tile
+        self._tile_shape = tile
         self._spent_at: Optional[Location] = None
         self._spent_why = ""
         self._borrowed_from = borrowed_from
 
-    # -- metadata -------------------------------------------------------------------------
+    # -- metadata (read-only) ---------------------------------------------------------------
+    @property
+    def tile_shape(self) -> tuple[int, ...]:
+        """The shape of each program's tile."""
+        return self._tile_shape
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self._tensor.shape
@@ -86,6 +97,11 @@ class Partition:
             self._spent_why = why
             bump_ownership_epoch()
 
+    def _mark_shared(self, where: Location) -> None:
+        """The result of a ``.shared()`` op: the partitioned memory becomes read-only, so the
+        partition can no longer be launched as an output (called with the ledger held)."""
+        self._tensor._mark_shared(where)
+
     def unpartition(self) -> Any:
         """End the partition and return the whole tensor (the partition is consumed).
 
@@ -119,7 +135,7 @@ class MappedPartition:
     :meth:`Partition.map`); passed to a ``tc.MappedPartitionMut`` parameter. The launch grid
     is ``(num_tile_blocks,)``."""
 
-    __slots__ = ("partition", "map_shape", "num_tile_blocks")
+    __slots__ = ("_partition", "_map_shape", "_num_tile_blocks")
 
     def __init__(self, partition: Partition, map_shape: "int | Sequence[int]",
                  num_tile_blocks: int):
@@ -128,7 +144,8 @@ class MappedPartition:
         rank = len(partition.tile_shape)
         if not 1 <= rank <= 3:
             raise PartitionError(f"a mapped partition has rank 1 to 3, got {rank}", where)
-        if len(shape) != rank or any(not isinstance(d, int) or d < 1 for d in shape):
+        if len(shape) != rank or any(not isinstance(d, int) or isinstance(d, bool) or d < 1
+                                     for d in shape):
             raise PartitionError(f"map shape {shape} must be {rank} positive ints (the "
                                  "partition's rank)", where, hint="e.g. (8, 1) to walk bands "
                                  "of 8 tile rows, (1, 1) for row-major order")
@@ -138,12 +155,34 @@ class MappedPartition:
         total = 1
         for g in partition.grid:
             total *= g
-        if not isinstance(num_tile_blocks, int) or not 0 < num_tile_blocks <= max(total, 1):
-            raise PartitionError(f"num_tile_blocks must be between 1 and the number of tiles "
-                                 f"({total}), got {num_tile_blocks!r}", where)
-        self.partition = partition
-        self.map_shape = shape
-        self.num_tile_blocks = num_tile_blocks
+        if not isinstance(num_tile_blocks, int) or isinstance(num_tile_blocks, bool) or \
+                not 0 < num_tile_blocks <= max(total, 1):
+            raise PartitionError(f"num_tile_blocks must be an int between 1 and the number of "
+                                 f"tiles ({total}), got {num_tile_blocks!r}", where,
+                                 hint="e.g. the number of SMs, or a multiple of it")
+        if total >= 1 << 31:
+            raise PartitionError(f"a mapped partition of {total} tiles: tile ids beyond 2**31 - 1 "
+                                 "do not fit the kernel's 32-bit indices", where,
+                                 hint="use larger tiles, or map a smaller view in several "
+                                 "launches")
+        self._partition = partition
+        self._map_shape = shape
+        self._num_tile_blocks = num_tile_blocks
+
+    @property
+    def partition(self) -> Partition:
+        """The partition scheduled."""
+        return self._partition
+
+    @property
+    def map_shape(self) -> tuple[int, ...]:
+        """How tile ids walk the grid (see :meth:`Partition.map`)."""
+        return self._map_shape
+
+    @property
+    def num_tile_blocks(self) -> int:
+        """The number of persistent tile programs."""
+        return self._num_tile_blocks
 
     @property
     def grid(self) -> tuple[int]:

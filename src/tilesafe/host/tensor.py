@@ -23,12 +23,14 @@ from .. import _compiled
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device
-from ..driver.ledger import LEDGER, Allocation, bump_ownership_epoch
+from ..driver.ledger import (LEDGER, Allocation, bump_ownership_epoch, is_read_only,
+                             make_read_only)
 from ..driver.platform import platform_of
 from ..driver.stream import current_stream, next_stream
 from ..dtypes import DType
 from ..errors import BorrowError, Location, MovedError
-from ..shapes import contiguous_strides, is_contiguous, normalize_shape, reshape_strides
+from ..shapes import (contiguous_strides, footprint, is_contiguous, normalize_shape,
+                      reshape_strides)
 from . import copies, export
 from .partition import BorrowMut, Partition
 
@@ -36,13 +38,13 @@ from .partition import BorrowMut, Partition
 class Tensor:
     """A tensor on a device (host side).
 
-    Attributes:
+    Attributes (read-only: a different shape or dtype is a new view, ``t.reshape(...)``):
         shape: extents per dimension.
         strides: element strides per dimension.
         dtype: the :class:`~tilesafe.dtypes.DType` of the elements.
     """
 
-    __slots__ = ("_alloc", "_offset", "shape", "strides", "dtype", "_moved_at", "_parent",
+    __slots__ = ("_alloc", "_offset", "_shape", "_strides", "_dtype", "_moved_at", "_parent",
                  "_shared_at", "__weakref__")
 
     def __init__(self, alloc: Allocation, shape: "int | Sequence[int]", dtype: DType, *,
@@ -50,14 +52,32 @@ class Tensor:
                  parent: "Optional[Tensor]" = None):
         self._alloc = alloc
         self._offset = int(offset)
-        self.shape = normalize_shape(shape)
-        self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
-        self.dtype = dtype
+        self._shape = normalize_shape(shape)
+        self._strides = tuple(int(s) for s in strides) if strides is not None else \
+            contiguous_strides(self._shape)
+        if len(self._strides) != len(self._shape):
+            raise ValueError(f"{len(self._strides)} strides for a rank-{len(self._shape)} shape")
+        self._dtype = dtype
         self._moved_at: Optional[Location] = None
         self._parent = parent
         self._shared_at: Optional[Location] = parent._shared_at if parent is not None else None
 
     # -- properties -----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Extents per dimension."""
+        return self._shape
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides per dimension."""
+        return self._strides
+
+    @property
+    def dtype(self) -> DType:
+        """The element type."""
+        return self._dtype
+
     @property
     def device(self) -> Device:
         return self._alloc.device
@@ -83,16 +103,13 @@ class Tensor:
 
     def footprint(self) -> tuple[int, int]:
         """The half-open byte range ``[lo, hi)`` of the allocation this view can touch."""
-        item = self.dtype.itemsize
-        if self.size == 0:
-            return (self._offset * item, self._offset * item)
-        lo = hi = self._offset
-        for d, s in zip(self.shape, self.strides):
-            if s < 0:
-                lo += (d - 1) * s
-            else:
-                hi += (d - 1) * s
-        return (lo * item, (hi + 1) * item)
+        return footprint(self.shape, self.strides, self._offset, self.dtype.itemsize)
+
+    def span(self) -> tuple[int, int]:
+        """The device addresses ``[lo, hi)`` this view can touch (what loans are keyed by)."""
+        lo, hi = self.footprint()
+        base = self._alloc.base
+        return (base + lo, base + hi)
 
     # -- ownership ------------------------------------------------------------------------
     def _moved_location(self) -> Optional[Location]:
@@ -124,7 +141,7 @@ class Tensor:
                               f".shared() (at {self._shared_at})", caller_location(),
                               hint="pass it as a tc.Tensor input; to modify it, copy it first "
                               "with .clone()")
-        lo, hi = self.footprint()
+        lo, hi = self.span()
         self._alloc.check(lo, hi, write=write, action=action, where=caller_location(),
                           stream=current_stream() if in_pipeline else None)
 
@@ -135,9 +152,17 @@ class Tensor:
             bump_ownership_epoch()
 
     def _mark_shared(self, where: Location) -> None:
-        """Make this tensor the read-only result of a ``.shared()`` op (called with the ledger
-        held)."""
+        """Make this tensor the read-only result of a ``.shared()`` op, and its memory read-only
+        through every other tensor over it too (called with the ledger held)."""
         self._shared_at = where
+        make_read_only(self._alloc.loans, *self.span(), where)
+
+    @property
+    def is_read_only(self) -> bool:
+        """Whether this tensor's memory may not be written: a ``.shared()`` result (through any
+        tensor over its bytes) or memory imported read-only."""
+        return self._shared_at is not None or self._alloc.readonly or \
+            is_read_only(self._alloc.loans, *self.span())
 
     # -- data -----------------------------------------------------------------------------
     @classmethod
@@ -145,8 +170,10 @@ class Tensor:
         """A new contiguous tensor on ``device`` holding ``storage`` (already in the storage
         dtype of ``dtype``)."""
         storage = np.asarray(storage)
-        data = platform_of(device).allocate(device, storage, next_stream(device))
-        return cls(Allocation(data, device), storage.shape, dtype)
+        platform = platform_of(device)
+        data = platform.allocate(device, storage, next_stream(device))
+        base, nbytes = platform.span(data)
+        return cls(Allocation(data, device, base=base, nbytes=nbytes), storage.shape, dtype)
 
     @classmethod
     def from_values(cls, values: np.ndarray, dtype: DType, device: Device) -> "Tensor":
@@ -193,8 +220,9 @@ class Tensor:
         back. To partition without moving, use ``ts.borrow_mut(t).partition(tile_shape)``.
         """
         where = caller_location()
+        partition = Partition(self._alias(), tile_shape)  # (a refused tile shape moves nothing)
         self._move(where, "partition this tensor")
-        return Partition(self._alias(), tile_shape)
+        return partition
 
     def _alias(self) -> "Tensor":
         """A new tensor over the same elements, with its own ownership state (what a partition

@@ -32,6 +32,7 @@ from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Locatio
                       PartitionError)
 from ..host.partition import MappedPartition, Partition
 from ..host.tensor import Tensor
+from ..shapes import is_injective
 
 _FAST = _compiled.FASTPATH
 
@@ -129,12 +130,15 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
 
 def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
                     where: Location) -> None:
+    """No mutable argument may share a byte with another argument, through whatever path
+    reached the memory (views, DLPack imports of one buffer): the check compares device
+    addresses."""
     tensors = [(p.name, t, mutable) for p, _, t, mutable in tensor_arguments(params, args)]
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
-            if not (mut_a or mut_b) or ta._alloc is not tb._alloc:
+            if not (mut_a or mut_b) or ta.device != tb.device:
                 continue
-            (lo_a, hi_a), (lo_b, hi_b) = ta.footprint(), tb.footprint()
+            (lo_a, hi_a), (lo_b, hi_b) = ta.span(), tb.span()
             if lo_a < hi_b and lo_b < hi_a:
                 mutable = name_a if mut_a else name_b
                 raise AliasingError(
@@ -144,13 +148,45 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
                     "compute in place by loading the MutTensor itself with z.load()")
 
 
+_I32 = 1 << 31
+
+
+def _check_layouts(params: Sequence[Param], args: Sequence[Any], kernel_name: str,
+                   where: Location) -> None:
+    """Every extent and stride fits the i32 kernel ABI; a mutable argument's memory is
+    writable and its layout injective (no two indices at one address)."""
+    for p, _, t, mutable in tensor_arguments(params, args):
+        if isinstance(p.spec, PointerSpec):
+            continue  # a raw pointer (unsafe kernels) passes its address only
+        for n in (*t.shape, *t.strides):
+            if not -_I32 <= n < _I32:
+                raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' has an extent or "
+                                    f"stride ({n}) beyond the kernel ABI's 32-bit integers "
+                                    f"(shape {t.shape}, strides {t.strides})", where,
+                                    hint="launch on views of fewer than 2**31 elements per "
+                                    "axis (t[i:j]), in several launches")
+        if not mutable:
+            continue
+        if t._alloc.readonly:
+            raise ArgumentError(f"argument '{p.name}' of '{kernel_name}' is written, but its "
+                                "memory was imported read-only", where,
+                                hint="import a writable array, or write into a copy "
+                                "(t.clone()) and read the result from there")
+        if not is_injective(t.shape, t.strides):
+            raise AliasingError(f"the layout of '{p.name}' of '{kernel_name}' (shape {t.shape}, "
+                                f"strides {t.strides}) reaches one address from several "
+                                "indices: the programs writing it would race", where,
+                                hint="write into a tensor whose elements each have their own "
+                                "address (e.g. t.clone()), then copy the result where needed")
+
+
 def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """``(loan book, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
     for p, a, t, mutable in tensor_arguments(params, args):
         action = f"launch with '{p.name}'" if a is t else f"launch with the partition '{p.name}'"
-        wanted.append((t._alloc.loans, *t.footprint(), mutable, action))
+        wanted.append((t._alloc.loans, *t.span(), mutable, action))
     return wanted
 
 
@@ -160,7 +196,7 @@ def replay_borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     found = []
     for _, a, t, mutable in tensor_arguments(params, args):
         action = "replay a graph that reads it" if a is t else "replay a graph that writes it"
-        found.append((a, action, t._alloc.loans, *t.footprint(), mutable))
+        found.append((a, action, t._alloc.loans, *t.span(), mutable))
     return found
 
 
@@ -224,13 +260,15 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
         if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
             raise ArgumentError(f"grid {grid!r} must be 1 to 3 non-negative ints", where,
                                 hint="e.g. grid=(128,) or grid=(8, 8)")
+        padded = tuple(g) + (1,) * (3 - len(g))
         for name, pg in grids.items():
-            if pg != g[:len(pg)]:
+            if tuple(pg) + (1,) * (3 - len(pg)) != padded:
                 raise PartitionError(f"explicit grid {g} differs from the grid {pg} of "
-                                     f"partition '{name}'", where,
+                                     f"partition '{name}': a program off its tiles would write "
+                                     "tiles other programs own", where,
                                      hint="omit grid= to use the partition's grid; each "
                                      "program owns exactly one tile of it")
-        return tuple(g) + (1,) * (3 - len(g))
+        return _within_limits(padded, kernel_name, where)
     if not grids:
         raise ArgumentError(f"kernel '{kernel_name}' has no partitioned output to infer the "
                             f"grid from", where, hint="pass one: kernel.launch(*args, grid=(n,))")
@@ -241,7 +279,21 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
                              where, hint="every MutTensor output must have the same number of "
                              "tiles per axis")
     g = distinct.pop()
-    return tuple(g) + (1,) * (3 - len(g))
+    return _within_limits(tuple(g) + (1,) * (3 - len(g)), kernel_name, where)
+
+
+GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)  # a CUDA grid's extent per axis
+
+
+def _within_limits(grid: tuple[int, int, int], kernel_name: str,
+                   where: Location) -> tuple[int, int, int]:
+    for axis, (n, limit) in enumerate(zip(grid, GRID_LIMITS)):
+        if n > limit:
+            raise PartitionError(f"the grid {grid} of '{kernel_name}' has {n} tile programs on "
+                                 f"axis {axis}, more than the {limit} a launch can have", where,
+                                 hint="use larger tiles, or put the long axis first "
+                                 "(t.permute(...)) where 2**31 - 1 programs fit")
+    return grid
 
 
 def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
@@ -283,6 +335,7 @@ def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
                             "included)")
     infos = [_arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
     _check_aliasing(params, args, kernel_name, where)
+    _check_layouts(params, args, kernel_name, where)
     spec = specialize(kernel_name, list(params), infos, where)
     g = launch_grid(params, args, grid, kernel_name, where)
     device = _launch_device(params, args, kernel_name, where)
