@@ -14,7 +14,8 @@ import tilesafe as ts
 import tilesafe.core as tc
 
 
-@ts.kernel
+@ts.kernel(examples=[{"T": ts.float16, "BM": 64, "BN": 64, "BK": 32},
+                     {"T": ts.bfloat16, "BM": 64, "BN": 64, "BK": 32}])
 def gemm(z: tc.MutTensor["T", ("BM", "BN")], x: tc.Tensor["T", (-1, -1)],
          y: tc.Tensor["T", (-1, -1)], BM: tc.Const[int], BN: tc.Const[int],
          BK: tc.Const[int]):

@@ -14,7 +14,7 @@ import tilesafe as ts
 import tilesafe.core as tc
 
 
-@ts.kernel
+@ts.kernel(examples=[{"T": ts.float16, "BM": 64, "BN": 64, "BK": 32, "M": (2, 1)}])
 def persistent_gemm(z: tc.MappedPartitionMut["T", ("BM", "BN"), "M"],
                     x: tc.Tensor["T", (-1, -1)], y: tc.Tensor["T", (-1, -1)],
                     BM: tc.Const[int], BN: tc.Const[int], BK: tc.Const[int]):

@@ -15,7 +15,7 @@ def stable_softmax(row):
     return e / tc.reduce_sum(e, 1, keepdims=True)
 
 
-@ts.kernel
+@ts.kernel(examples=[{"BN": 1024}])
 def softmax(z: tc.MutTensor[tc.f32, (1, "BN")], x: tc.Tensor[tc.f32, (-1, -1)],
             BN: tc.Const[int]):
     z.store(stable_softmax(tc.load_tile_like(x, z, padding=float("-inf"))))

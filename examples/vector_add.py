@@ -6,7 +6,7 @@ import tilesafe as ts
 import tilesafe.core as tc
 
 
-@ts.kernel
+@ts.kernel(examples=[{"S": (1024,)}])
 def add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], y: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + tc.load_tile_like(y, z))
 

@@ -4,6 +4,7 @@ their location."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from tilesafe.cli import main
 
@@ -32,7 +33,9 @@ def test_check_reports_each_kernel(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "ok      scale (example 1)" in out and "ok      scale (example 2)" in out
     assert f"error   writes_input: {path}:11:" in out and "safety rule 2" in out
-    assert "skipped unbound" in out and "no binding for shape name 'S'" in out
+    assert f"error   unbound: {path}:14: kernel 'unbound' cannot be checked from its " \
+           "signature alone: nothing binds shape name 'S'" in out
+    assert 'examples=[{"S": (1024,)}]' in out and "--skip-unbound" in out
 
 
 def test_check_passes_a_clean_file(tmp_path, capsys):
@@ -62,3 +65,106 @@ def test_check_binds_unnamed_runtime_scalars_of_every_type(tmp_path, capsys):
     '''))
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
     assert "ok      pick" in capsys.readouterr().out
+
+
+CONST_SHAPES = textwrap.dedent('''
+    import tilesafe as ts
+    import tilesafe.core as tc
+
+    @ts.kernel
+    def rows(z: tc.MutTensor[tc.f32, (1, "BN")], x: tc.Tensor[tc.f32, (-1, -1)],
+             BN: tc.Const[int]):
+        z.store(tc.load_tile_like(x, z))
+
+    @ts.kernel
+    def generic(z: tc.MappedPartitionMut["T", ("BM", "BN"), "M"], BM: tc.Const[int],
+                BN: tc.Const[int]):
+        for idx in z.iter_indices():
+            z.store(z.load(idx), idx)
+
+    @ts.kernel(examples=[{"BN": 64}])
+    def bound(z: tc.MutTensor[tc.f32, (1, "BN")], x: tc.Tensor[tc.f32, (-1, -1)],
+              BN: tc.Const[int]):
+        z.store(tc.load_tile_like(x, z))
+
+    @ts.kernel
+    def explicit(z: tc.MutTensor[tc.f32, (8, 8)], x: tc.Tensor[tc.f32, (-1, -1)]):
+        z.store(tc.load_tile_like(x, z))
+''')
+
+
+def test_check_reports_kernels_whose_shapes_name_a_const_as_unbound(tmp_path, capsys):
+    """A tc.Const named in a MutTensor's or a mapped partition's shape, with no example to bind
+    it, fails the check with the examples=[...] to give (it used to raise KeyError)."""
+    path = tmp_path / "consts.py"
+    path.write_text(CONST_SHAPES)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "KeyError" not in out and "Traceback" not in out
+    assert f"error   rows: {path}:6: kernel 'rows' cannot be checked from its signature " \
+           "alone: nothing binds tc.Const 'BN'" in out
+    assert '@ts.kernel(examples=[{"BN": 64}])' in out
+    assert "nothing binds dtype name 'T', tc.Const 'BM', tc.Const 'BN', shape name 'M'" in out
+    assert '{"T": ts.float32, "BM": 64, "BN": 64, "M": (1, 1)}' in out
+    assert "ok      bound (example 1): " in out and "ok      explicit: " in out
+
+
+def test_check_skip_unbound_reports_them_as_skipped(tmp_path, capsys):
+    path = tmp_path / "consts.py"
+    path.write_text(CONST_SHAPES)
+    assert main(["check", str(path), "--skip-unbound"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped rows: " in out and "skipped generic: " in out and "error" not in out
+    assert "ok      bound (example 1): " in out and "ok      explicit: " in out
+
+
+def test_check_an_example_that_does_not_fit_is_a_failure(tmp_path, capsys):
+    """An example missing a name, of a tile shape that cannot be launched, or of a dtype that
+    does not exist fails its kernel (no traceback); --skip-unbound does not skip it."""
+    path = tmp_path / "examples.py"
+    path.write_text(textwrap.dedent('''
+        import tilesafe as ts
+        import tilesafe.core as tc
+
+        @ts.kernel(examples=[{"S": (64,)}, {"S": (100,), "T": "f32"}, {},
+                             {"S": (64,), "T": "f33"}, {"S": (64,), "T": "f32"}])
+        def scale(z: tc.MutTensor["T", "S"]):
+            z.store(z.load())
+    '''))
+    assert main(["check", str(path), "--skip-unbound"]) == 1
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    assert "error   scale (example 1): " in out and "nothing binds dtype name 'T'" in out
+    assert "error   scale (example 2): " in out and "(100,)" in out
+    assert "error   scale (example 3): " in out and "shape name 'S'" in out
+    assert "error   scale (example 4): " in out and "f33" in out
+    assert "ok      scale (example 5): " in out
+
+
+def test_check_of_a_missing_file_is_one_line_and_status_2(tmp_path, capsys):
+    missing = tmp_path / "missing.py"
+    assert main(["check", str(missing)]) == 2
+    out, err = capsys.readouterr()
+    lines = (out + err).strip().splitlines()
+    assert lines == [f"error: {missing}: no such file"], lines
+    assert main(["check", str(tmp_path)]) == 2
+    assert "is not a file" in capsys.readouterr().out
+
+
+def test_check_of_a_file_that_fails_to_import_names_its_line(tmp_path, capsys):
+    path = tmp_path / "broken.py"
+    path.write_text("import tilesafe as ts\n\nvalue = 1 / 0\n")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [f"error: {path}:3: importing the file raised ZeroDivisionError: "
+                   "division by zero"], out
+
+
+def test_check_passes_the_examples_with_skip_unbound(capsys):
+    """The example scripts check clean: every kernel binds or, lacking examples=, is skipped."""
+    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+    assert examples
+    for path in examples:
+        assert main(["check", str(path), "--skip-unbound"]) == 0, capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "error" not in out and "Traceback" not in out

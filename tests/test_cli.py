@@ -1,9 +1,13 @@
-"""The command line: ``tilesafe info`` and ``tilesafe demo``."""
+"""The command line: ``tilesafe info`` and ``tilesafe demo``; a reader that closes the output
+early (``tilesafe info | head -1``) ends any command quietly."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tilesafe.cli import main
 
@@ -36,3 +40,20 @@ def test_default_device_needs_a_gpu_that_can_compile(monkeypatch):
         probe = device.GpuProbe(True, ("cuda:0",), "1 CUDA device(s)", compiles=compiles)
         monkeypatch.setattr(device, "probe_gpu", lambda probe=probe: probe)
         assert device.default_device().name == expected
+
+
+EXAMPLE = str(Path(__file__).parent.parent / "examples" / "vector_add.py")
+
+
+@pytest.mark.parametrize("argv", [["info"], ["check", EXAMPLE]],
+                         ids=["info", "check"])
+def test_a_closed_stdout_ends_quietly(argv):
+    """``tilesafe info | head -1``: the reader is gone before the command writes; no
+    BrokenPipeError traceback (for every command; argparse's own --help already ignores a
+    failed write), and a status that says the output was cut short."""
+    proc = subprocess.Popen([sys.executable, "-m", "tilesafe", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the interpreter has even imported tilesafe
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
+    assert proc.returncode != 0

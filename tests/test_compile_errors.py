@@ -566,6 +566,68 @@ def test_rule1_mut_tensor_has_no_index(kernel, cls, phrase, tag):
     check(compile_error(kernel, out()), cls, phrase, tag, kernel.name)
 
 
+# load_tile_like reads shared tensors only: another output's tile at this program's coordinates
+# (or its position under another tile shape) is written by other programs
+
+
+@ts.kernel
+def k_load_like_other_mut(z: tc.MutTensor[tc.f32, "S"], w: tc.MutTensor[tc.f32, "S"]):
+    z.store(tc.load_tile_like(w, z))  # <- load-like-mut
+
+
+@ts.kernel
+def k_load_like_own_mut(z: tc.MutTensor[tc.f32, "S"]):
+    z.store(tc.load_tile_like(z, z) + 1.0)  # <- load-like-self
+
+
+@ts.function
+def _peek(a, z):
+    return tc.load_tile_like(a, z)  # <- load-like-via-function
+
+
+@ts.kernel
+def k_load_like_mut_via_function(z: tc.MutTensor[tc.f32, "S"], w: tc.MutTensor[tc.f32, "S"]):
+    z.store(_peek(w, z))
+
+
+@ts.kernel
+def k_load_like_mapped(z: tc.MutTensor[tc.f32, "S"], m: tc.MappedPartitionMut[tc.f32, "S", "M"]):
+    z.store(tc.load_tile_like(m, z))  # <- load-like-mapped
+
+
+MUT_READ_CASES = [
+    (k_load_like_other_mut, "load-like-mut", "w.load()", lambda: (out(), out())),
+    (k_load_like_own_mut, "load-like-self", "z.load()", lambda: (out(),)),
+    (k_load_like_mut_via_function, "load-like-via-function", "w.load()",
+     lambda: (out(), out())),
+    (k_load_like_mapped, "load-like-mapped", "m.load(idx)",
+     lambda: (out(), ts.zeros(16).sync().partition(8).map((1,), 2))),
+]
+
+
+@pytest.mark.parametrize("kernel,tag,fix,args", MUT_READ_CASES,
+                         ids=[c[1] for c in MUT_READ_CASES])
+def test_rule1_load_tile_like_cannot_read_an_output(kernel, tag, fix, args):
+    err = compile_error(kernel, *args())
+    check(err, SafetyError, "load_tile_like reads a shared tc.Tensor", tag, kernel.name, fix)
+    assert "rule 1" in err.message and "tc.Tensor" in err.hint
+
+
+def test_rule1_load_tile_like_of_an_output_fails_the_ir_verifier():
+    """The type rule is the authority: IR that reads an output through load_like, however it
+    was built, does not verify."""
+    from tilesafe.compiler.ir import Block, KernelIR, KernelParam, Operation, Value
+    from tilesafe.compiler.types import TensorViewType, TileType
+    from tilesafe.compiler.verify import verify
+    z, w = (Value(TensorViewType(ts.float32, (8,), True), n) for n in "zw")
+    tile = Value(TileType(ts.float32, (8,)))
+    body = Block(ops=[Operation("load_like", (w, z), (tile,), {"padding": "zero"}, None, ())])
+    kernel = KernelIR("k", [KernelParam("z", "mut_tensor", z), KernelParam("w", "mut_tensor", w)],
+                      body, None, unchecked_accesses=False)
+    with pytest.raises(SafetyError, match="safety rule 1"):
+        verify(kernel)
+
+
 # =============================================================================================
 # names, scopes and control flow
 

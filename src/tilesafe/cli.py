@@ -1,12 +1,14 @@
 """The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable),
 ``demo`` (the README example, timed, on the default device) and ``check`` (compile every
 kernel of a module without a GPU: front end and safety rules, and with ``--target`` the whole
-path to a cubin)."""
+path to a cubin). A reader that closes the output early (``tilesafe info | head -1``) ends any
+command quietly, with status 1."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import platform
 import sys
 from typing import Optional, Sequence
@@ -55,7 +57,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    return check_file(args.file, target=args.target)
+    return check_file(args.file, target=args.target, skip_unbound=args.skip_unbound)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -70,6 +72,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check.add_argument("file", help="a .py file defining @ts.kernel functions")
     check.add_argument("--target", default=None,
                        help="also compile to a cubin for this GPU (e.g. sm_90; needs tileiras)")
+    check.add_argument("--skip-unbound", action="store_true",
+                       help="report kernels whose shape, dtype or tc.Const names only an "
+                       "example can bind (no examples=[...] on @ts.kernel) as skipped, not "
+                       "failed")
     check.set_defaults(fn=cmd_check)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+    try:
+        args = parser.parse_args(argv)
+        status = args.fn(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        return 1
+    return status
+
+
+def _drop_stdout() -> None:
+    """The reader of stdout went away (``tilesafe info | head -1``): point stdout at the null
+    device, so that the interpreter's flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (replaced, captured)
+        pass

@@ -37,3 +37,31 @@ def test_disabled_with_zero(monkeypatch):
     assert cache.cache_dir() is None
     cache.store(_key(), b"x")
     assert cache.load(_key()) is None
+
+
+def test_an_entry_filed_under_another_key_is_evicted(tmp_path, monkeypatch):
+    """Each entry carries the key it was written for: swapping two entries' files (or copying
+    one over another) must not hand one kernel the other's cubin."""
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path))
+    first, second = _key(), _key(arch="sm_100")
+    cache.store(first, b"\x7fELF first kernel")
+    cache.store(second, b"\x7fELF second kernel")
+    a, b = tmp_path / f"{first}.cubin", tmp_path / f"{second}.cubin"
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    assert cache.load(first) is None and cache.load(second) is None
+    assert not a.exists() and not b.exists()
+
+
+def test_an_entry_of_the_old_format_is_rebuilt(tmp_path, monkeypatch):
+    """Entries without a key (format v1) count as corrupt: evicted, then rebuilt."""
+    import hashlib
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path))
+    key, cubin = _key(), b"\x7fELF old entry"
+    path = tmp_path / f"{key}.cubin"
+    path.write_bytes(b"tilesafe-cubin-v1\n" + hashlib.sha256(cubin).hexdigest().encode() + b"\n"
+                     + cubin)
+    assert cache.load(key) is None and not path.exists()
+    cache.store(key, cubin)
+    assert cache.load(key) == cubin

@@ -8,7 +8,9 @@ name resolution (locals, Const parameters, closure and module globals, the devic
 a few Python built-ins), constants and tuples, attributes and methods of IR values, subscripts,
 operators (folded when both sides are compile-time values), calls of builtins, dtypes and Python
 built-ins, and the inlining of device functions (``@ts.function``). Also the truth value of a
-runtime scalar (``condition``), which ``if`` statements share, and the operator tables.
+runtime scalar (``condition``), which ``if`` statements share, and the operator tables. The
+lowering recurses along an expression's nesting; an expression nested deeper than Python's
+recursion allows is a CompileError at its line (``expr``), never a RecursionError.
 
 Statements are ``compiler.statements``: its :class:`FunctionLowering` completes this class, and
 inlining runs a fresh one (``type(self)``) over the device function's body.
@@ -97,6 +99,7 @@ class ExpressionLowering:
         closure = inspect.getclosurevars(source.fn)
         self.outer = {**closure.globals, **closure.nonlocals}
         self.globals = source.fn.__globals__
+        self.nesting = False  # inside an expression (see ``expr``)
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, cls, node: ast.AST, message: str, hint: str = "") -> CompileError:
@@ -121,6 +124,21 @@ class ExpressionLowering:
 
     # -- expressions ----------------------------------------------------------------------
     def expr(self, node: ast.expr) -> Any:
+        """Lower one expression. The lowering recurses along the expression's nesting, so an
+        expression nested deeper than Python's recursion allows (a sum of hundreds of terms) is
+        a CompileError at the outermost expression, not a RecursionError."""
+        if self.nesting:
+            return self.expr_node(node)
+        self.nesting = True
+        try:
+            return self.expr_node(node)
+        except RecursionError:
+            raise self.error(CompileError, node, "this expression is nested too deeply for the "
+                             "front end", TOO_DEEP_HINT) from None
+        finally:
+            self.nesting = False
+
+    def expr_node(self, node: ast.expr) -> Any:
         method = getattr(self, f"expr_{type(node).__name__}", None)
         if method is None:
             raise self.error(UnsupportedSyntaxError, node,
@@ -409,6 +427,9 @@ def _builtin_name(value: Any) -> Optional[str]:
     """The registry name of a tilesafe.core function stub, or None."""
     return getattr(value, "__tilesafe_builtin__", None) if callable(value) else None
 
+
+TOO_DEEP_HINT = ("split the expression into smaller statements, e.g. sum a few terms per "
+                 "assignment: 't = a + b + c' then 't = t + d + e'")
 
 _PY_BUILTINS = {n: getattr(builtins, n) for n in
                 ("range", "min", "max", "abs", "len", "int", "float", "bool", "tuple")}

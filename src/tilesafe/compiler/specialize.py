@@ -256,13 +256,14 @@ def specialize_from_names(kernel_name: str, params: list[Param],
         return tuple(bindings[d] if isinstance(d, str) else (1 if d is None else d)
                      for d in shape)
 
+    for p in params:  # first: a shape may name a Const that comes later in the signature
+        if isinstance(p.spec, ConstSpec) and p.name not in bindings:
+            raise ArgumentError(f"kernel '{kernel_name}': no value for tc.Const parameter "
+                                f"'{p.name}'", hint=f"add '{p.name}': ... to the example")
     infos = []
     for p in params:
         spec = p.spec
         if isinstance(spec, (ConstSpec, ScalarSpec)):
-            if isinstance(spec, ConstSpec) and p.name not in bindings:
-                raise ArgumentError(f"kernel '{kernel_name}': no value for tc.Const parameter "
-                                    f"'{p.name}'", hint=f"add '{p.name}': ... to the example")
             value = bindings.get(p.name, _zero_of(spec))
             infos.append(ArgInfo("const", value=value))
         elif isinstance(spec, PointerSpec):

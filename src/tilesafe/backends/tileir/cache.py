@@ -3,9 +3,10 @@
 Location: ``$TILESAFE_CACHE_DIR`` if set (``0`` disables the cache), else
 ``$XDG_CACHE_HOME/tilesafe`` or ``~/.cache/tilesafe``. An entry's name is the SHA-256 of
 everything that changes the cubin (bytecode bytes, bytecode version, target arch, opt level,
-tileiras version); its content is a magic line, the SHA-256 of the cubin, then the cubin.
-Writes are atomic (temporary file + rename). An entry whose checksum does not match, or that the
-driver rejects, is evicted and rebuilt, never trusted.
+tileiras version); its content is a magic line, the key it was written for, the SHA-256 of the
+key and the cubin, then the cubin. Writes are atomic (temporary file + rename). An entry whose
+checksum does not match, that was written for another key (a file renamed, copied or swapped
+by hand), of an older format, or that the driver rejects, is evicted and rebuilt, never trusted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-_MAGIC = b"tilesafe-cubin-v1\n"
+_MAGIC = b"tilesafe-cubin-v2\n"
 
 
 def cache_dir() -> Optional[Path]:
@@ -45,8 +46,19 @@ def _path(key: str) -> Optional[Path]:
     return None if root is None else root / f"{key}.cubin"
 
 
+def _header(key: str) -> bytes:
+    """An entry's first two lines: the format's magic and the key the entry was written for."""
+    return _MAGIC + key.encode() + b"\n"
+
+
+def _digest(key: str, cubin: bytes) -> bytes:
+    """The checksum line's 64 hex digits: the SHA-256 of the key and the cubin together."""
+    return hashlib.sha256(key.encode() + b"\n" + cubin).hexdigest().encode()
+
+
 def load(key: str) -> Optional[bytes]:
-    """The cached cubin for ``key``, or None (missing, disabled, or corrupt: then evicted)."""
+    """The cached cubin for ``key``, or None (missing, disabled, or not an intact entry written
+    for ``key``: then evicted)."""
     path = _path(key)
     if path is None or not path.exists():
         return None
@@ -54,10 +66,10 @@ def load(key: str) -> Optional[bytes]:
         data = path.read_bytes()
     except OSError:
         return None
-    if data.startswith(_MAGIC):
-        digest, cubin = data[len(_MAGIC):len(_MAGIC) + 64], data[len(_MAGIC) + 65:]
-        if hashlib.sha256(cubin).hexdigest().encode() == digest and cubin:
-            return cubin
+    header = _header(key)
+    checksum, cubin = data[len(header):len(header) + 65], data[len(header) + 65:]
+    if data.startswith(header) and cubin and checksum == _digest(key, cubin) + b"\n":
+        return cubin
     evict(key)
     return None
 
@@ -71,7 +83,7 @@ def store(key: str, cubin: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(cubin).hexdigest().encode() + b"\n" + cubin)
+            f.write(_header(key) + _digest(key, cubin) + b"\n" + cubin)
         os.replace(tmp, path)
     except OSError:
         pass

@@ -4,7 +4,9 @@ load/store, and the unsafe raw-pointer accesses.
 The device-side safety rules live in the shape of these ops:
 
 * rule 1 — ``mut_load``/``mut_store`` take the ``MutTensor`` and nothing else: there is no index,
-  the sub-tensor is the one the launch gave this program;
+  the sub-tensor is the one the launch gave this program. An output (``MutTensor`` or
+  ``MappedPartitionMut``) is read only through its own ``load``: it cannot be re-partitioned,
+  indexed, or be ``load_tile_like``'s source (that would read tiles other programs write);
 * rule 2 — a shared ``Tensor`` has loads only; its ``store`` method is a SafetyError;
 * edge tiles: loads past the edge of a tensor are padded (zero unless the partition says
   otherwise), stores past the edge are masked. A partition index outside the partition's tile
@@ -17,6 +19,7 @@ The numpy semantics read their operands as the interpreter's bindings
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -27,8 +30,8 @@ from ...shapes import tile_grid
 from ..bindings import PartitionBinding, PointerBinding, TensorBinding
 from ..ir import Value
 from ..registry import builtin, op
-from ..types import (PartitionViewType, PointerType, TensorViewType, TileType,
-                     broadcast_shapes)
+from ..types import (MappedPartitionType, PartitionViewType, PointerType, TensorViewType,
+                     TileType, broadcast_shapes)
 
 PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": math.nan, "pos_inf": math.inf,
                   "neg_inf": -math.inf}
@@ -270,8 +273,28 @@ def _padding_arg(b, padding, dtype: DType) -> str:
     return name
 
 
+def _output_read(x, name: str = "") -> Optional[tuple[str, str]]:
+    """The message and fix when ``load_tile_like``'s source ``x`` (a type) is an output: a
+    ``tc.MutTensor`` or ``tc.MappedPartitionMut`` is read only through its own ``load()``, at
+    the tiles this program owns (other programs write its other tiles); None for anything else.
+    ``name`` is the parameter's name for the fix, where the builder knows it."""
+    mapped = isinstance(x, MappedPartitionType)
+    if not (mapped or (isinstance(x, TensorViewType) and x.mutable)):
+        return None
+    name = name or ("m" if mapped else "z")
+    own = (f"{name}.load(idx) for each idx of {name}.iter_indices()" if mapped
+           else f"{name}.load()")
+    return (f"load_tile_like reads a shared tc.Tensor, not the output {x}: an output is read "
+            f"only through its own load(), at the tiles this program owns (safety rule 1)",
+            f"read this program's own tile with {own}; pass an array that other programs may "
+            f"read as a tc.Tensor parameter")
+
+
 def _load_like_rule(types, attrs):
     x, z = types
+    problem = _output_read(x)
+    if problem:
+        raise SafetyError(problem[0], hint=problem[1])
     if not isinstance(x, TensorViewType):
         raise CompileError(f"load_tile_like reads a tensor parameter, got {x}")
     if not (isinstance(z, TensorViewType) and z.mutable):
@@ -296,12 +319,17 @@ def _build_load_like(b, x, z, padding=0, *, latency=None, allow_tma=None):
     """load_tile_like(x, z, padding=0, *, latency=None, allow_tma=None) -> tile
 
     Load from the shared tensor ``x`` the tile that sits where this program's sub-tensor ``z``
-    sits: same tile shape, same tile coordinates. Elements past ``x``'s edge read as
-    ``padding`` (0, -0.0, nan, inf or -inf). ``latency`` (1-10) and ``allow_tma`` (bool) are
-    optimization hints for the GPU.
+    sits: same tile shape, same tile coordinates. ``x`` cannot be an output (a tc.MutTensor or
+    tc.MappedPartitionMut: other programs write its tiles; read yours with its own ``load``,
+    safety rule 1). Elements past ``x``'s edge read as ``padding`` (0, -0.0, nan, inf or
+    -inf). ``latency`` (1-10) and ``allow_tma`` (bool) are optimization hints for the GPU.
     """
+    problem = _output_read(x.type, x.name) if isinstance(x, Value) else None
+    if problem:
+        raise b.error(SafetyError, *problem)
     if not (isinstance(x, Value) and isinstance(x.type, TensorViewType)):
-        raise b.error(CompileError, "load_tile_like(x, z): x must be a tensor parameter")
+        raise b.error(CompileError, "load_tile_like(x, z): x must be a tensor parameter",
+                      "pass a tc.Tensor parameter")
     if not (isinstance(z, Value) and isinstance(z.type, TensorViewType) and z.type.mutable):
         raise b.error(CompileError, "load_tile_like(x, z): z must be a tc.MutTensor parameter",
                       "pass the output sub-tensor whose position and shape to copy")
