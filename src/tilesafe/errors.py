@@ -65,7 +65,16 @@ class Location:
 
 
 class TilesafeError(Exception):
-    """Base class of every error tilesafe raises on purpose."""
+    """Base class of every error tilesafe raises on purpose.
+
+    Attributes:
+        arguments: for an error of a launch (refused, or failed while it ran), the arguments
+            the launch was given, handed back: a partition made inline
+            (``k(t.partition(4), x)``) is not lost, ``err.arguments[0].unpartition()`` gives
+            the tensor back. Empty for other errors.
+    """
+
+    arguments: tuple = ()
 
 
 class CompileError(TilesafeError):

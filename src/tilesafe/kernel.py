@@ -12,12 +12,10 @@ checks and ops are the launch layer's (``tilesafe.launch``).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import threading
 import weakref
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from . import _compiled, backends, pipeline
 from ._callsite import caller_location
@@ -29,12 +27,12 @@ from .compiler.specialize import Specialization, specialize_from_names
 from .deviceops.deviceop import DeviceOp
 from .driver.device import Device
 from .driver.stream import Stream
-from .errors import ArgumentError, SignatureError, UnsafeError
+from .errors import ArgumentError, Location, SignatureError, TilesafeError, UnsafeError
 from .launch.checks import PreparedLaunch, kernel_args, prepare, recover
 from .launch.op import LaunchOp
+from .launch.unsafe import unsafe, unsafe_permitted
 
 _FAST = _compiled.FASTPATH
-_unsafe_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tilesafe_unsafe", default=0)
 _LIVE_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 
@@ -44,23 +42,6 @@ def live_kernels() -> list["Kernel"]:
     return list(_LIVE_KERNELS)
 
 KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
-
-
-@contextlib.contextmanager
-def unsafe() -> Iterator[None]:
-    """Allow launching unsafe kernels (``unchecked_accesses=True`` or raw pointers) inside.
-
-    Launches are checked when they are created, so create the launch inside the block::
-
-        with ts.unsafe():
-            op = fast_kernel(z, x)
-        op.sync()
-    """
-    token = _unsafe_depth.set(_unsafe_depth.get() + 1)
-    try:
-        yield
-    finally:
-        _unsafe_depth.reset(token)
 
 
 def _check_hints(hints: Optional[dict]) -> dict:
@@ -201,6 +182,8 @@ class Kernel(KernelCore):
         this needs no GPU and returns the cubin bytes; otherwise it returns the executable for
         the arguments' device (interpreter or GPU)."""
         prepared = self._check_only(args, grid)
+        if target is None:
+            self._check_permitted("compiled for launching", prepared.where)
         if target is not None:
             ahead = backends.by_name("tileir").ahead_of_time(target)
             return pipeline.compile(self._ir(prepared.specialization), ahead, hints=self.hints,
@@ -234,34 +217,54 @@ class Kernel(KernelCore):
         its arguments are lent to it (shared inputs, exclusive outputs) until it completes.
         """
         where = caller_location()
-        if self._unsafe and _unsafe_depth.get() == 0:
+        try:
+            self._check_permitted("launched", where)
+            return LaunchOp(self, args, grid, where)
+        except TilesafeError as err:  # nothing was lent: the arguments come back with the error
+            err.arguments = args
+            raise
+
+    def _check_permitted(self, what: str, where: Location) -> None:
+        """An unsafe kernel is launched (or compiled for launching) only inside an open
+        ``with ts.unsafe():`` block."""
+        if self._unsafe and not unsafe_permitted():
             why = ("unchecked_accesses=True" if self.unchecked_accesses
                    else "it takes raw tc.Ptr parameters")
-            raise UnsafeError(f"kernel '{self.name}' is unsafe ({why}) and is launched outside "
+            raise UnsafeError(f"kernel '{self.name}' is unsafe ({why}) and is {what} outside "
                               "'with ts.unsafe():'", where,
                               hint="wrap the launch in 'with ts.unsafe():' after checking the "
                               "kernel cannot access out of bounds or race")
-
-        return LaunchOp(self, args, grid, where)
 
     def _run_prepared(self, prepared: PreparedLaunch, stream: Stream, *,
                       spend: bool = True) -> tuple:
         """Run a validated launch to completion on ``stream`` and hand back its arguments
         (``spend=False`` for graph replays: borrowed partitions stay with the graph)."""
-        if stream.device is not prepared.device and stream.device != prepared.device:
-            raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but was "
-                                f"driven on a {stream.device} stream", prepared.where,
-                                hint=f"drive it with .sync() or on a {prepared.device} stream")
         try:
+            if stream.device is not prepared.device and stream.device != prepared.device:
+                raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but "
+                                    f"was driven on a {stream.device} stream", prepared.where,
+                                    hint=f"drive it with .sync() or on a {prepared.device} "
+                                    "stream")
             self._bound(prepared).launch(stream)
             self.launch_count += 1
-        finally:
+        except Exception as err:  # the arguments come back with the error, none is lost
+            _hand_back(err, prepared.args)
+            raise
+        finally:  # the loans end when the stream is next synchronized, whatever happened
             results = recover(prepared, stream, spend=spend)
         return results
 
     def __repr__(self) -> str:
         flag = " unsafe" if self.is_unsafe else ""
         return f"<tilesafe kernel {self.name}{flag}>"
+
+
+def _hand_back(err: Exception, args: tuple) -> None:
+    """Attach a failed launch's arguments to its error (``err.arguments``)."""
+    try:
+        err.arguments = args
+    except AttributeError:  # (an exception type without a dict)
+        pass
 
 
 def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,

@@ -281,18 +281,29 @@ _DRIVE = threading.local()  # .where: the user's call driving ops on this thread
 class SharedOp(DeviceOp[T]):
     """An op that executes once; every later drive returns the same (read-only) result."""
 
-    __slots__ = ("_inner", "_done", "_result")
+    __slots__ = ("_inner", "_done", "_result", "_lock")
 
     def __init__(self, inner: DeviceOp[T]):
         super().__init__(None, f"{inner.label}.shared()", inner.device)
         self._inner = inner
         self._done = False
         self._result: Any = None
+        self._lock = threading.Lock()
 
     def _execute(self, stream: Stream) -> T:
-        if not self._done:
-            self._result = _mark_shared(self._inner._execute(stream))
-            self._done = True
+        """The first driver runs the op; drivers on other threads meanwhile wait for it, and
+        every later one gets the same result (or the error the one run raised)."""
+        with self._lock:
+            if not self._done:
+                try:
+                    self._result = _mark_shared(self._inner._execute(stream))
+                except BaseException as err:
+                    self._result = err
+                    raise
+                finally:
+                    self._done = True
+        if isinstance(self._result, BaseException):
+            raise self._result
         return self._result
 
 

@@ -55,12 +55,18 @@ class ReplayBorrows:
     error names), and each distinct byte range once, mutable if any node writes it. Views never
     change their footprint, so only the checks run per replay."""
 
-    __slots__ = ("usable", "borrows", "checked_epoch", "stream_loans")
+    __slots__ = ("nodes", "usable", "borrows", "checked_epoch", "stream_loans")
 
     def __init__(self, nodes: Sequence[Any]):
+        self.nodes = list(nodes)
+        self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
+        self.stream_loans: tuple[Any, tuple] = (None, ())  # the last replay's stream, loans
+        self._collect()
+
+    def _collect(self) -> None:
         usable: dict[int, tuple[Any, str]] = {}
         wanted: dict[tuple[int, int, int], tuple[Any, int, int, bool]] = {}
-        for node in nodes:
+        for node in self.nodes:
             for item, action, book, lo, hi, mutable in node.borrows():
                 usable.setdefault(id(item), (item, action))
                 prev = wanted.get((id(book), lo, hi))
@@ -68,8 +74,6 @@ class ReplayBorrows:
                                               mutable or (prev[3] if prev else False))
         self.usable = list(usable.values())
         self.borrows = [(*byte_range, "replay the graph") for byte_range in wanted.values()]
-        self.checked_epoch: Optional[int] = None  # the ownership epoch of the last checks
-        self.stream_loans: tuple[Any, tuple] = (None, ())  # the last replay's stream, loans
 
     @property
     def ranges(self) -> list[tuple[Any, int, int, bool]]:
@@ -84,9 +88,11 @@ class ReplayBorrows:
         stream (``driver.ledger.shared_or_new_loans``)."""
         LEDGER.acquire()
         try:
-            if self.checked_epoch != _EPOCH[0]:
+            if self.checked_epoch != _EPOCH[0]:  # ownership changed: all checked afresh
                 for item, action in self.usable:
                     item._check_usable(action)
+                self._collect()  # (loan books may have joined since)
+                self.stream_loans = (None, ())
                 self.checked_epoch = _EPOCH[0]
             return shared_or_new_loans(self, self.borrows, holder, where, stream)
         finally:
@@ -161,8 +167,9 @@ class CudaGraph:
         if stream._platform.captures_graphs and self._capturable():
             self._replay_captured(stream)
             return
-        for node in self.nodes:
-            node.replay(stream)
+        with stream.order_lock:  # one replay runs whole before another on the stream starts
+            for node in self.nodes:
+                node.replay(stream)
 
     def _capturable(self) -> bool:
         """Whether every node can be captured into one CUDA graph (computed once per node

@@ -20,6 +20,8 @@ import threading
 from typing import Any, Optional
 
 from .. import _compiled
+from .._callsite import caller_location
+from ..errors import DeviceOpError
 from .device import Device, as_device
 from .ledger import release_all
 from .platform import Platform, platform_of
@@ -79,7 +81,7 @@ class Stream(StreamCore):
             ``__cuda_stream__`` (torch, cupy, cuda.core) or an integer handle.
     """
 
-    __slots__ = ("id", "foreign", "handle", "_native", "_platform", "__dict__")
+    __slots__ = ("id", "foreign", "handle", "_native", "_platform", "order_lock", "__dict__")
     _ids = itertools.count()
 
     def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):
@@ -92,6 +94,10 @@ class Stream(StreamCore):
         self._pending: list = []
         self._spent: list = []
         self._platform: Platform = platform_of(self.device)
+        #: held by host-run work on this stream (a kernel on the interpreter, a copy, a whole
+        #: graph replay): where work runs when it is enqueued, a stream runs it in order, one
+        #: piece at a time, as a device stream does, whatever thread enqueues it
+        self.order_lock = threading.RLock()
 
     @property
     def native(self) -> Any:
@@ -136,25 +142,29 @@ class Event:
 
     def __init__(self) -> None:
         self._native: Any = None
-        self._done = threading.Event()
+        self._recorded = False
 
     def record(self, stream: Stream) -> "Event":
         """Mark the current end of ``stream``'s work (cpu: already complete)."""
         self._native = platform_of(stream.device).record_event(stream)
-        if self._native is None:
-            self._done.set()
+        self._recorded = True
         return self
 
     def query(self) -> bool:
-        """True once the recorded work has completed."""
-        return self._native.is_done if self._native is not None else self._done.is_set()
+        """True once the recorded work has completed (False before it is recorded)."""
+        if self._native is not None:
+            return self._native.is_done
+        return self._recorded
 
     def synchronize(self) -> None:
-        """Block the host until the recorded work has completed."""
+        """Block the host until the recorded work has completed; an event never recorded has
+        nothing to wait for, and raises (waiting would never end)."""
+        if not self._recorded:
+            raise DeviceOpError(f"{caller_location()}: this Event was never recorded, so there "
+                                "is nothing to wait for\n  fix: event.record(stream) after "
+                                "enqueueing the work to wait for")
         if self._native is not None:
             self._native.sync()
-        else:
-            self._done.wait()
 
     def wait(self, stream: Stream) -> None:
         """Make later work on ``stream`` wait for this event (cpu: nothing to wait for)."""

@@ -157,6 +157,21 @@ recover(PyObject *prepared, PyObject *stream)
     return register_completion(stream, loans, borrowed, FIELD(prepared, PREP_WHERE));
 }
 
+/* The error being raised carries the launch's arguments back (err.arguments), as
+ * Kernel._run_prepared's does. */
+static void
+hand_back(PyObject *args)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && args != NULL && PyObject_SetAttrString(value, "arguments", args) < 0)
+        PyErr_Clear();
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    PyErr_Restore(type, value, tb);
+}
+
 static int
 count_launch(PyObject *kernel)
 {
@@ -217,6 +232,7 @@ run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream, PyObject *t
         fail(err, programmatic > 0 ? s_fn_launch_ex : s_fn_launch);
     }
     Py_XDECREF(err);
+    hand_back(FIELD(prepared, PREP_ARGS));
     return NULL;
 }
 
@@ -467,6 +483,12 @@ kernel_call(PyObject *kernel, PyObject *args, PyObject *kwargs)
     }
     PyObject *prepared = prepare_from_plan(kernel, args, where, stream);
     ledger_release();
+    if (prepared == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* refused (a conflicting loan): Kernel.launch raises it again, with the arguments */
+        PyErr_Clear();
+        prepared = Py_None;
+        Py_INCREF(prepared);
+    }
     if (prepared == Py_None) {
         Py_DECREF(prepared);
         Py_DECREF(where);

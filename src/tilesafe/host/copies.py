@@ -9,6 +9,7 @@ this module imports the DeviceOp machinery and the driver.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional
 
 import numpy as np
@@ -55,11 +56,12 @@ class CopyNode:
         self.label = f"copy_({destination.shape}, {destination.dtype.short})"
 
     def replay(self, stream=None) -> Any:
-        values = self.source.numpy()
-        with LEDGER:  # no launch may start on it until the copy is written
-            self.destination._check_access("write this tensor", write=True)
-            self.destination._write_storage(
-                self.destination.dtype.to_storage(np.asarray(values)))
+        with stream.order_lock if stream is not None else contextlib.nullcontext():
+            values = self.source.numpy()
+            with LEDGER:  # no launch may start on it until the copy is written
+                self.destination._check_access("write this tensor", write=True)
+                self.destination._write_storage(
+                    self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
 
     def compatible(self, other) -> "str | None":

@@ -16,7 +16,7 @@ from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp, OpCore, resolve
 from ..driver.ledger import release_all
 from ..driver.stream import Stream, current_stream, next_stream
-from ..errors import Location
+from ..errors import Location, TilesafeError
 from .checks import PreparedLaunch, prepare, replay_borrows
 
 _FAST = _compiled.FASTPATH
@@ -156,8 +156,13 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
             release_all(prepared.loans)
             prepared = None
         if prepared is None:
-            prepared = prepare(k.name, k.params, tuple(resolve(a, stream) for a in self._args),
-                               self._grid, self._where, stream=stream, plans=k._plans)
+            args = tuple(resolve(a, stream) for a in self._args)
+            try:
+                prepared = prepare(k.name, k.params, args, self._grid, self._where,
+                                   stream=stream, plans=k._plans)
+            except TilesafeError as err:  # the arguments come back with the error
+                err.arguments = args
+                raise
         return k._run_prepared(prepared, stream)
 
     def graph_nodes(self) -> Optional[list]:

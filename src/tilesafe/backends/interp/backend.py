@@ -43,7 +43,8 @@ class InterpretedLaunch:
         self.kernel, self.bindings, self.grid = kernel, bindings, grid
 
     def launch(self, stream: Stream) -> None:
-        self.kernel.run(self.bindings, self.grid)
+        with stream.order_lock:  # the host runs a stream's work in order, one at a time
+            self.kernel.run(self.bindings, self.grid)
 
 
 class InterpretedExecutable:

@@ -1,0 +1,112 @@
+"""Threads and asyncio on the cpu device, where work runs when it is enqueued: work that shares
+loans because it is on one stream must still run in that stream's order, one piece at a time,
+or a read-modify-write of one thread lands inside another's. Each test makes many threads
+enqueue on shared streams and graphs and checks the result exactly (before streams ran their
+host work in order, every trial here lost updates)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+import time
+
+import numpy as np
+
+import tilesafe as ts
+import tilesafe.core as tc
+
+THREADS, ROUNDS, N = 8, 25, 64
+
+
+@ts.kernel
+def bump(z: tc.MutTensor[tc.f32, "S"]):
+    z.store(z.load() + 1.0)
+
+
+@contextlib.contextmanager
+def _switching_often():
+    """Threads switch as often as the interpreter allows, so a kernel run that is not alone on
+    its stream is interrupted by another in every trial."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _run_threads(target) -> None:
+    errors: list = []
+
+    def guarded(i):
+        try:
+            target(i)
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(THREADS)]
+    with _switching_often():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[0]
+
+
+def test_threads_enqueueing_on_one_stream_lose_no_update():
+    t = ts.zeros(N, device="cpu").sync()
+    stream = ts.Stream("cpu")
+
+    def work(_):
+        for _ in range(ROUNDS):  # each step borrows t inside the pipeline running on stream
+            ts.value(None).then(lambda _: bump(ts.borrow_mut(t).partition(16))).sync_on(stream)
+    _run_threads(work)
+    assert np.array_equal(t.numpy(), np.full(N, THREADS * ROUNDS, np.float32))
+
+
+def test_one_graph_replayed_from_many_threads_loses_no_update():
+    t = ts.zeros(N, device="cpu").sync()
+    stream = ts.Stream("cpu")
+    with ts.CudaGraph.scope(stream) as graph:
+        for _ in range(3):
+            graph.record(bump(ts.borrow_mut(t).partition(16)))
+
+    def work(_):
+        for _ in range(ROUNDS):
+            graph.launch(stream).sync()
+    _run_threads(work)
+    assert np.array_equal(t.numpy(), np.full(N, THREADS * ROUNDS * 3, np.float32))
+
+
+def test_awaited_pipelines_on_one_stream_lose_no_update():
+    t = ts.zeros(N, device="cpu").sync()
+    stream = ts.Stream("cpu")
+
+    def pipeline():
+        op = ts.value(None)
+        for _ in range(ROUNDS):
+            op = op.then(lambda _: bump(ts.borrow_mut(t).partition(16)))
+        return op
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, pipeline().sync_on, stream)
+                               for _ in range(THREADS)))
+    with _switching_often():
+        asyncio.run(main())
+    assert np.array_equal(t.numpy(), np.full(N, THREADS * ROUNDS, np.float32))
+
+
+def test_a_shared_op_driven_from_many_threads_runs_once():
+    runs = []
+
+    def slow(stream):  # long enough for every thread to arrive while it runs
+        runs.append(1)
+        time.sleep(0.05)
+        return len(runs)
+    shared = ts.DeviceOp(slow, "count", ts.devices()[0]).shared()
+    results = []
+    _run_threads(lambda _: results.append(shared.sync()))
+    assert runs == [1] and results == [1] * THREADS
