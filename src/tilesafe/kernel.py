@@ -278,6 +278,10 @@ def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
             ``{"sm_90": {"num_cta_in_cga": 2, "occupancy": 1}}``; unknown names are an error.
         examples: name bindings (shape names, dtype names, tc.Const values), each a dict, that
             ``tilesafe check`` compiles the kernel with when no tensors are at hand.
+
+    Module globals the kernel reads (numbers, dtypes, tuples) are read when it is compiled for
+    a specialization, and later changes to them are not seen by that specialization: pass a
+    value that changes as an argument or a ``tc.Const``.
     """
     def wrap(f: Callable) -> Kernel:
         return Kernel(f, unchecked_accesses=unchecked_accesses, hints=hints,

@@ -21,6 +21,7 @@ replay borrows.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional, Protocol, Sequence
 
 from .._callsite import caller_location
@@ -110,6 +111,7 @@ class CudaGraph:
         self._captured: Any = None
         self._captured_nodes: Optional[list] = None  # the nodes self._captured was made from
         self._all_capturable: Optional[bool] = None
+        self._capture_lock = threading.Lock()
 
     @classmethod
     def scope(cls, stream: Optional[Stream] = None) -> "CudaGraph":
@@ -183,22 +185,9 @@ class CudaGraph:
         """Replay as one CUDA graph launch: the nodes are captured once (again after an
         ``update``, which then updates the executable graph in place); each replay checks and
         borrows every argument once, then launches the whole graph."""
-        if self._captured_nodes is not self.nodes:
-            builder = cuda.graph_builder(stream.native)
-            for node in self.nodes:
-                node.capture(builder)
-            distinct = {}
-            for n in self.nodes:  # one representative node per distinct set of borrows
-                distinct.setdefault(n.borrow_key, n)
-            per_kernel: dict = {}
-            for n in self.nodes:
-                if n.launch_counter is not None:
-                    per_kernel[n.launch_counter] = per_kernel.get(n.launch_counter, 0) + 1
-            previous = self._captured[0] if self._captured is not None else None
-            graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
-            self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
-                              per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
-            self._captured_nodes = self.nodes
+        with self._capture_lock:  # one capture, whichever threads replay first
+            if self._captured_nodes is not self.nodes:
+                self._capture(stream)
         _, graph_exec, borrows, per_kernel, holder = self._captured
         where = self.nodes[0].where
         loans = borrows.lend(holder, where, stream)
@@ -208,6 +197,25 @@ class CudaGraph:
             stream.on_complete(loans, [], where)
         for kernel, count in per_kernel.items():
             kernel.launch_count += count
+
+    def _capture(self, stream: Stream) -> None:
+        """Capture the nodes into one executable graph for ``stream``'s device (on a capture
+        stream of its own, not on the stream the graph replays on)."""
+        builder = cuda.graph_builder(stream.device.index)
+        for node in self.nodes:
+            node.capture(builder)
+        distinct = {}
+        for n in self.nodes:  # one representative node per distinct set of borrows
+            distinct.setdefault(n.borrow_key, n)
+        per_kernel: dict = {}
+        for n in self.nodes:
+            if n.launch_counter is not None:
+                per_kernel[n.launch_counter] = per_kernel.get(n.launch_counter, 0) + 1
+        previous = self._captured[0] if self._captured is not None else None
+        graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
+        self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
+                          per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
+        self._captured_nodes = self.nodes
 
     def replay(self) -> None:
         """Replay once and wait: ``graph.launch().sync()``."""

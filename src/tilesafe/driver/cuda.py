@@ -329,9 +329,11 @@ def use_native_launcher(native: bool = True) -> bool:
     return _DRIVER_CALLS.use_native(native)
 
 
-def graph_builder(stream: Any) -> Any:
-    """Start capturing ``stream``'s work into a graph; launch into ``builder.stream.handle``."""
-    builder = stream.create_graph_builder()
+def graph_builder(index: int) -> Any:
+    """Start capturing a graph for device ``index`` on a stream of its own (launch into
+    ``builder.stream.handle``): work other threads enqueue meanwhile, on any stream, is neither
+    captured nor refused."""
+    builder = make_current(index).create_graph_builder()
     builder.begin_building()
     return builder
 
