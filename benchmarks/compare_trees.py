@@ -1,13 +1,14 @@
-"""The launch-mode sweeps of the tree before (711e681) and after the host redesign, run
-interleaved in the same calls on one H100 (sweeps.csv): medians at N = 1000 of each mode, their
-ratio, and the host work above the driver floor measured in the same sweep. From the
-repository root: python benchmarks/results/h100-2026-11-24/host_redesign/compare.py [--plot]"""
+"""Launch-mode sweeps of two trees run interleaved in the same calls (``gpu_checks.sh modes
+modes_old ...``, gathered into a folder's ``sweeps.csv``): medians at N = 1000 of each mode,
+their ratio, the host work above the driver floor measured in the same sweep, and the same
+over the faster processes only. From the repository root:
+python benchmarks/compare_trees.py benchmarks/results/<gpu>-<date>/<folder> [--plot]"""
 import csv
 import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(next(a for a in sys.argv[1:] if not a.startswith("--")))
 MODES = ("per_op_sync", "chained_sync", "async", "graph_replay")
 FLOOR = {"per_op_sync": "driver_launch_sync", "chained_sync": "driver_bare_launch",
          "async": "driver_bare_launch"}
@@ -58,6 +59,6 @@ if "--plot" in sys.argv:
         ax.boxplot([values["before", mode], values["after", mode]], tick_labels=["before", "after"])
         ax.set_title(mode)
         ax.set_ylabel("us/op (N = 1000)")
-    fig.suptitle("launch modes before/after the host redesign, H100, interleaved sweeps")
+    fig.suptitle(f"launch modes before/after ({HERE.name}), interleaved sweeps")
     fig.tight_layout()
     fig.savefig(HERE / "before_after.png", dpi=80)
