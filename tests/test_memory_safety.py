@@ -9,6 +9,8 @@ programs raced, or the write went through)."""
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -135,9 +137,16 @@ def test_read_only_memory_is_refused_as_an_output():
     ro = np.zeros(16, np.float32)
     ro.setflags(write=False)
     t = ts.from_dlpack(ro)
-    with pytest.raises(ArgumentError, match="imported read-only"):
-        inc(t.partition(4), _ones())
-    assert np.array_equal(ts.from_dlpack(ro).numpy(), np.zeros(16))  # still readable
+    with pytest.raises(BorrowError, match="cannot partition this tensor: its memory was "
+                                          "imported read-only"):
+        t.partition(4)
+    with pytest.raises(BorrowError, match="imported read-only"):
+        ts.borrow_mut(t).partition(4)
+    with pytest.raises(BorrowError, match="imported read-only"):
+        t.copy_(_ones()).sync()
+    assert np.array_equal(t.numpy(), np.zeros(16))  # still readable, and an input
+    z, _ = inc(ts.zeros(16, device="cpu").sync().partition(4), t).sync()
+    assert np.array_equal(z.unpartition().numpy(), np.ones(16))
 
 
 # -- shared results --------------------------------------------------------------------------
@@ -156,9 +165,14 @@ def test_a_shared_result_is_read_only_through_every_path():
     assert not exported.flags.writeable
     with pytest.raises(ValueError):
         exported[0] = 5.0
-    twin = ts.from_dlpack(exported)
-    with pytest.raises(BorrowError, match="read-only result of .shared()"):
+    twin = ts.from_dlpack(exported)  # read-only twice over: a read-only import of it
+    with pytest.raises(BorrowError, match="read-only"):
         inc(ts.borrow_mut(twin).partition(4), x)
+    address = exported.__array_interface__["data"][0]  # the same bytes, writable in numpy
+    writable_twin = ts.from_dlpack(np.ctypeslib.as_array((ctypes.c_float * 16).from_address(
+        address)))
+    with pytest.raises(BorrowError, match="read-only result of .shared()"):
+        inc(ts.borrow_mut(writable_twin).partition(4), x)  # the memory says so all the same
     with pytest.raises(BufferError, match="read-only"):
         t.__dlpack__()  # a consumer of DLPack before 1.0 cannot be told
     assert inc(ts.borrow_mut(ts.zeros(16, device="cpu").sync()).partition(4), twin).sync()

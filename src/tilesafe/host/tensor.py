@@ -136,6 +136,10 @@ class Tensor:
         mutably), so inside a running pipeline the loans of work already enqueued on its stream
         do not conflict: anything launched with the handle there runs after that work."""
         self._check_usable(action)
+        if write and self._alloc.readonly:
+            raise BorrowError(f"cannot {action}: its memory was imported read-only",
+                              caller_location(), hint="import a writable array, or write into "
+                              "a copy (t.clone()) and read the result from there")
         if write and self._shared_at is not None:
             raise BorrowError(f"cannot {action}: this tensor is the shared, read-only result of "
                               f".shared() (at {self._shared_at})", caller_location(),
