@@ -21,6 +21,7 @@ from . import _compiled, backends, pipeline
 from ._callsite import caller_location
 from .backends.base import BoundLaunch, Target
 from .compiler.frontend import DeviceFunction, SourceFunction
+from .compiler.hints import check_hints
 from .compiler.ir import KernelIR, print_ir
 from .compiler.signature import Param, PointerSpec, parse_signature
 from .compiler.specialize import Specialization, specialize_from_names
@@ -40,26 +41,6 @@ def live_kernels() -> list["Kernel"]:
     """Every kernel object alive in this process (the test suite compiles each one's
     specializations for a GPU target)."""
     return list(_LIVE_KERNELS)
-
-KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
-
-
-def _check_hints(hints: Optional[dict]) -> dict:
-    if hints is None:
-        return {}
-    if not isinstance(hints, dict):
-        raise SignatureError(f"hints must be a dict keyed by architecture, got {hints!r}")
-    for arch, values in hints.items():
-        if not (arch == "default" or (isinstance(arch, str) and arch.startswith("sm_")
-                                      and arch[3:].isdigit())):
-            raise SignatureError(f"hints key {arch!r} is not an architecture",
-                                 hint="use 'sm_90', 'sm_100', ... or 'default'")
-        for name in values:
-            if name not in KNOWN_HINTS:
-                raise SignatureError(f"unknown kernel hint {name!r} for {arch}",
-                                     hint="known hints: " + ", ".join(KNOWN_HINTS))
-    return dict(hints)
-
 
 class _KernelState:
     """What launching a kernel needs at every call: its name, whether it is unsafe, its cache
@@ -98,7 +79,7 @@ class Kernel(KernelCore):
         self.name = fn.__name__
         self.params: list[Param] = parse_signature(fn)
         self.unchecked_accesses = bool(unchecked_accesses)
-        self.hints = _check_hints(hints)
+        self.hints = check_hints(hints)
         self.examples = [dict(e) for e in examples]
         self._source: Optional[SourceFunction] = None
         self._ir_cache: dict[Specialization, KernelIR] = {}

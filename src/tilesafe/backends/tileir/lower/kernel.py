@@ -275,7 +275,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     Args:
         version: bytecode version, ``(13, 3)`` or ``(13, 4)`` (13.4 carries ``inbounds``).
         hints: kernel hints keyed by architecture (``{"sm_90": {"num_cta_in_cga": 2}}``, see
-            ``tilesafe.kernel.KNOWN_HINTS``), written as the entry's optimization hints.
+            ``tilesafe.compiler.hints.KNOWN_HINTS``), written as the entry's optimization hints.
         facts: argument facts turned into ``assume`` ops (module docstring).
         debug: attach each op's source location (file, line, column) so tileiras errors and
             ``--lineinfo`` point at the kernel's source.
