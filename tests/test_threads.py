@@ -110,3 +110,34 @@ def test_a_shared_op_driven_from_many_threads_runs_once():
     results = []
     _run_threads(lambda _: results.append(shared.sync()))
     assert runs == [1] and results == [1] * THREADS
+
+
+def test_threads_that_first_use_a_stream_together_share_one_native_stream():
+    """A stream makes its native stream on first use. Threads racing to that first use must
+    all get the one it keeps: a second one, dropped by the race, would be destroyed by its
+    garbage collection while a thread still launches on its handle (a crash on the GPU)."""
+    made = []
+
+    class SlowPlatform:  # stands in for the GPU platform: making a native stream takes time
+        def native_stream(self, device, foreign):
+            time.sleep(0.01)
+            made.append(type("Native", (), {"handle": 1000 + len(made)})())
+            return made[-1]
+
+    for _ in range(5):
+        made.clear()
+        stream = ts.Stream("cpu")
+        stream._platform = SlowPlatform()
+        seen, start = [], threading.Barrier(THREADS)
+
+        def first_use():
+            start.wait()
+            seen.append((stream.native, stream.native_address))
+
+        threads = [threading.Thread(target=first_use) for _ in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(made) == 1 and len(seen) == THREADS
+        assert all(native is made[0] and address == 1000 for native, address in seen)

@@ -27,6 +27,9 @@ from .ledger import release_all
 from .platform import Platform, platform_of
 
 _FAST = _compiled.FASTPATH
+#: makes a stream's native stream once (two threads creating one each would leave one of
+#: them launching on a stream the other's garbage collection destroyed)
+_NATIVE_CREATION = threading.Lock()
 
 POOL_SIZE = 4
 
@@ -102,16 +105,20 @@ class Stream(StreamCore):
     @property
     def native(self) -> Any:
         """The native stream behind this one (a cuda.core stream for ``cuda:N``; created on
-        first use). A ``cpu`` stream has none (TypeError)."""
+        first use, once: threads that first use a stream together get the same one). A
+        ``cpu`` stream has none (TypeError)."""
         if self._native is None:
-            self._native = self._platform.native_stream(self.device, self.foreign)
+            with _NATIVE_CREATION:
+                if self._native is None:
+                    self._native = self._platform.native_stream(self.device, self.foreign)
         return self._native
 
     @property
     def native_address(self) -> int:
         """The driver handle (CUstream) of a ``cuda:N`` stream, as an int."""
         if self._native_address is None:
-            self._native_address = int(self.native.handle)
+            address = int(self.native.handle)  # the one native stream: every thread agrees
+            self._native_address = address
         return self._native_address
 
     @classmethod
