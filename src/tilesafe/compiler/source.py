@@ -12,10 +12,17 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import CompileError, Location
+
+#: One parse at a time: CPython 3.11 keeps the depth count of building an AST in state shared by
+#: all threads, so two threads parsing at once can fail with "SystemError: AST constructor
+#: recursion depth mismatch" (python/cpython gh-106905); a kernel first launched from several
+#: threads parses its source in each.
+_PARSING = threading.Lock()
 
 
 @dataclass
@@ -38,7 +45,8 @@ class SourceFunction:
                                "an interactive prompt or exec)") from None
         source = "".join(lines)
         indent = len(lines[0]) - len(lines[0].lstrip())
-        tree = ast.parse(textwrap.dedent(source))
+        with _PARSING:
+            tree = ast.parse(textwrap.dedent(source))
         ast.increment_lineno(tree, first_line - 1)
         if indent:
             for node in ast.walk(tree):
