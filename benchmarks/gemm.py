@@ -114,12 +114,12 @@ def _tilesafe_run(problem: _Problem, style: str, config: tuple, unchecked: bool,
         out = out.map((GROUP_ROWS, 1), _programs(config, problem.shape, sms))
     try:
         h.poison(view)
-        kernel(out, problem.a, problem.b, bm, bn, bk).sync_on(ts_stream)
+        kernel(out, problem.a, problem.b, BK=bk).sync_on(ts_stream)
         problem.check(f"{'unchecked ' if unchecked else ''}{style} {describe(config)}", view)
 
         def launches():
             for _ in range(problem.reps):
-                yield kernel(out, problem.a, problem.b, bm, bn, bk)
+                yield kernel(out, problem.a, problem.b, BK=bk)
         return h.tilesafe_graph(ts_stream, launches), out
     except BaseException:
         _give_back(problem, slot, out)

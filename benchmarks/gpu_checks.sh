@@ -2,6 +2,7 @@
 # One call on the GPU machine runs any of these stages, in order:
 #   gpu    the GPU test suite (tests/gpu)
 #   suite  the whole CPU suite's kernels on cuda:0
+#   some   the CPU test files named in $TESTS (space-separated) on cuda:0
 #   modes  the launch-mode sweep (benchmarks/execution_modes.py)
 #   modes_python  the same sweep with TILESAFE_COMPILED_PATH=0 (launch path in Python)
 #   modes_old  the sweep of an earlier checkout placed at .old/ (see below), to compare
@@ -56,6 +57,9 @@ for stage in "${@:-gpu modes}"; do
     suite) TILESAFE_DEVICE=cuda:0 timeout 420 python3 -m pytest tests -p no:cacheprovider \
              -rf -W ignore --ignore=tests/gpu --ignore=tests/tileir > "$WORK/suite_on_cuda.log" 2>&1
            grep -E "^FAILED|^ERROR| passed| failed" "$WORK/suite_on_cuda.log" | cut -c1-160 | tail -30 ;;
+    some) TILESAFE_DEVICE=cuda:0 timeout 300 python3 -m pytest ${TESTS:-} -p no:cacheprovider \
+            -rf -W ignore > "$WORK/some_on_cuda.log" 2>&1
+          grep -E "^FAILED|^ERROR| passed| failed" "$WORK/some_on_cuda.log" | cut -c1-160 | tail -30 ;;
     modes|modes_python)  # a repeated stage writes to the next numbered folder
            runs=$((${runs:-0} + 1)); dir="$WORK/${stage}_$runs"; mkdir -p "$dir"
            if [ "$stage" = modes_python ]; then export TILESAFE_COMPILED_PATH=0; fi

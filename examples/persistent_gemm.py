@@ -17,7 +17,7 @@ import tilesafe.core as tc
 @ts.kernel(examples=[{"T": ts.float16, "BM": 64, "BN": 64, "BK": 32, "M": (2, 1)}])
 def persistent_gemm(z: tc.MappedPartitionMut["T", ("BM", "BN"), "M"],
                     x: tc.Tensor["T", (-1, -1)], y: tc.Tensor["T", (-1, -1)],
-                    BM: tc.Const[int], BN: tc.Const[int], BK: tc.Const[int]):
+                    BK: tc.Const[int]):
     px, py = x.partition((BM, BK)), y.partition((BK, BN))
     for idx in z.iter_indices():
         m, n = idx.coords()
@@ -32,7 +32,7 @@ def main(m: int = 200, n: int = 136, k: int = 100, programs: int = 5) -> float:
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     z = ts.zeros((m, n), ts.float16).sync().partition((64, 64)).map((2, 1), programs)
-    z, *_ = persistent_gemm(z, ts.tensor(a), ts.tensor(b), 64, 64, 32).sync()
+    z = persistent_gemm(z, ts.tensor(a), ts.tensor(b), BK=32).sync().z
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.linalg.norm(z.unpartition().numpy() - ref) / np.linalg.norm(ref))
     assert err < 1e-2, err

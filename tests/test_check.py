@@ -168,3 +168,35 @@ def test_check_passes_the_examples_with_skip_unbound(capsys):
         assert main(["check", str(path), "--skip-unbound"]) == 0, capsys.readouterr().out
         out = capsys.readouterr().out
         assert "error" not in out and "Traceback" not in out
+
+
+EXTENT_NAMES = textwrap.dedent('''
+    import tilesafe as ts
+    import tilesafe.core as tc
+
+    @ts.kernel(examples=[{"BM": 4, "D": 64}, {"BM": 8, "D": 32}])
+    def blocks(z: tc.MutTensor[tc.f32, ("BM", "D")], x: tc.Tensor[tc.f32, (-1, "D")]):
+        z.store(tc.zeros((BM, D), tc.f32) + tc.load_tile_like(x, z))
+
+    @ts.kernel(examples=[{"M": 16, "K": 32}])
+    def rows(z: tc.MutTensor[tc.f32, (1, "K")], x: tc.Tensor[tc.f16, ("M", "K")]):
+        z.store(tc.load_tile_like(x, z).astype(tc.f32) * M)
+
+    @ts.kernel(examples=[{"BM": 4, "D": "64"}])
+    def not_an_extent(z: tc.MutTensor[tc.f32, ("BM", "D")]):
+        z.store(z.load())
+''')
+
+
+def test_check_binds_extent_names_from_the_examples(tmp_path, capsys):
+    """Extent names (an output's ("BM", "D"), an input's ("M", "K")) that are no tc.Const
+    parameter are bound by the examples like any other name, and compile with their values."""
+    path = tmp_path / "extents.py"
+    path.write_text(EXTENT_NAMES)
+    assert main(["check", str(path), "--target", "sm_90"]) == 1
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    assert "ok      blocks (example 1): " in out and "ok      blocks (example 2): " in out
+    assert "ok      rows (example 1): " in out and "cubin" in out
+    assert "error   not_an_extent (example 1): " in out
+    assert "binds extent name 'D' to '64', not a positive int" in out

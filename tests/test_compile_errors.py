@@ -118,6 +118,12 @@ def k_store_wrong_shape(z: tc.MutTensor[tc.f32, "S"]):
     z.store(tc.zeros((16,), tc.f32))  # <- store-shape
 
 
+@ts.kernel
+def k_store_smaller_tile(z: tc.MutTensor[tc.f32, "S"]):
+    t = tc.reduce_max(z.load(), 0, keepdims=True)
+    z.store(t)  # <- store-smaller
+
+
 SHAPE_DTYPE_CASES = [
     (k_broadcast, BroadcastError, "cannot be broadcast", "broadcast", None),
     (k_broadcast_2d, BroadcastError, "cannot be broadcast", "broadcast-2d", None),
@@ -127,7 +133,40 @@ SHAPE_DTYPE_CASES = [
     (k_int_truediv, DTypeError, "does not accept i32", "int-div", "//"),
     (k_store_wrong_dtype, DTypeError, "differs from the tensor's f32", "store-dtype", "astype"),
     (k_store_wrong_shape, ShapeError, "does not match the sub-tensor", "store-shape", None),
+    (k_store_smaller_tile, ShapeError, "a tile of shape (1,) is smaller than the sub-tensor's "
+     "static shape (8,); stores never broadcast a tile", "store-smaller", "t.broadcast((8,))"),
 ]
+
+
+@ts.kernel
+def k_store_row_into_block(z: tc.MutTensor[tc.f32, "S"]):
+    row = tc.reduce_sum(z.load(), 0, keepdims=True)
+    z.store(row * 2.0)  # <- store-row
+
+
+def test_a_row_is_not_stored_into_a_block():
+    err = compile_error(k_store_row_into_block, ts.zeros((8, 8)).sync().partition((4, 8)))
+    check(err, ShapeError, "a tile of shape (1, 8) is smaller than the sub-tensor's static "
+          "shape (4, 8)", "store-row", "k_store_row_into_block", hint="t.broadcast((4, 8))")
+
+
+@ts.kernel
+def k_store_explicit_broadcasts(z: tc.MutTensor[tc.f32, "S"], w: tc.MutTensor[tc.f32, "S"],
+                                v: tc.MutTensor[tc.f32, "S"], u: tc.MutTensor[tc.f32, "S"]):
+    t = tc.reduce_max(z.load(), 1, keepdims=True)
+    z.store(t.broadcast(z.shape))             # the ways to fill: an explicit broadcast,
+    w.store(tc.broadcast(t, w.shape) + 1.0)
+    v.store(tc.reduce_min(v.load().reshape((8,)), 0) + 2.5)  # a scalar fills, like tc.full,
+    u.store(tc.arange(8, tc.f32))             # and leading 1s may be added: (8,) -> (1, 8)
+
+
+def test_stores_fill_only_when_asked():
+    x = np.arange(8, dtype=np.float32).reshape(1, 8)
+    outs = [ts.tensor(x).sync().partition((1, 8)) for _ in range(4)]
+    z, w, v, u = k_store_explicit_broadcasts(*outs).sync()
+    assert (z.unpartition().numpy() == 7.0).all() and (w.unpartition().numpy() == 8.0).all()
+    assert (v.unpartition().numpy() == 2.5).all()
+    assert u.unpartition().numpy().tolist() == [list(range(8))]
 
 
 @pytest.mark.parametrize("kernel,cls,phrase,tag,hint", SHAPE_DTYPE_CASES,
@@ -330,27 +369,32 @@ def test_tile_shape_rules(kernel, phrase, tag, hint):
 
 
 @ts.kernel
-def k_while(z: tc.MutTensor[tc.f32, "S"]):
+def k_while_else(z: tc.MutTensor[tc.f32, "S"]):
     t = z.load()
-    while True:  # <- while
+    while tc.reduce_sum(t, 0) > 0.0:  # <- while-else
+        t = t - 1.0
+    else:
         t = t + 1.0
     z.store(t)
 
 
 @ts.kernel
-def k_break(z: tc.MutTensor[tc.f32, "S"]):
+def k_runtime_break_unrolled(z: tc.MutTensor[tc.f32, "S"]):
     t = z.load()
-    for i in range(4):
-        t = t + 1.0
-        break  # <- break
+    for s in (1.0, 2.0):
+        if tc.reduce_sum(t, 0) > 0.0:
+            break  # <- break-unrolled
+        t = t * s
     z.store(t)
 
 
 @ts.kernel
-def k_continue(z: tc.MutTensor[tc.f32, "S"]):
+def k_runtime_continue_unrolled(z: tc.MutTensor[tc.f32, "S"]):
     t = z.load()
-    for i in range(4):
-        continue  # <- continue
+    for s in (1.0, 2.0):
+        if tc.reduce_sum(t, 0) > 0.0:
+            continue  # <- continue-unrolled
+        t = t * s
     z.store(t)
 
 
@@ -423,11 +467,11 @@ def k_for_else(z: tc.MutTensor[tc.f32, "S"]):
 
 
 @ts.kernel
-def k_while_in_branch(z: tc.MutTensor[tc.f32, "S"], flag: bool):
+def k_del_in_branch(z: tc.MutTensor[tc.f32, "S"], flag: bool):
     t = z.load()
     if flag:
-        while flag:  # <- while-in-branch
-            t = t + 1.0
+        u = t + 1.0
+        del u  # <- del-in-branch
     z.store(t)
 
 
@@ -442,9 +486,11 @@ def k_recursion(z: tc.MutTensor[tc.f32, "S"]):
 
 
 SYNTAX_CASES = [
-    (k_while, "'While' statements are not supported", "while"),
-    (k_break, "'Break' statements are not supported", "break"),
-    (k_continue, "'Continue' statements are not supported", "continue"),
+    (k_while_else, "while ... else is not supported", "while-else"),
+    (k_runtime_break_unrolled, "'break' under a runtime condition in a loop over a "
+     "compile-time tuple", "break-unrolled"),
+    (k_runtime_continue_unrolled, "'continue' under a runtime condition in a loop over a "
+     "compile-time tuple", "continue-unrolled"),
     (k_try, "'Try' statements are not supported", "try"),
     (k_with, "'With' statements are not supported", "with"),
     (k_lambda, "'Lambda' expressions are not supported", "lambda"),
@@ -465,9 +511,23 @@ def test_unsupported_syntax(kernel, phrase, tag):
 
 
 def test_unsupported_syntax_inside_a_runtime_branch():
-    err = compile_error(k_while_in_branch, out(), True)
-    check(err, UnsupportedSyntaxError, "'While' statements are not supported",
-          "while-in-branch", "k_while_in_branch")
+    err = compile_error(k_del_in_branch, out(), True)
+    check(err, UnsupportedSyntaxError, "'Delete' statements are not supported",
+          "del-in-branch", "k_del_in_branch")
+
+
+@ts.kernel
+def k_endless_while(z: tc.MutTensor[tc.f32, "S"]):
+    t = z.load()
+    while True:  # <- endless-while
+        t = t + 1.0
+    z.store(t)
+
+
+def test_a_while_loop_that_cannot_end_is_a_compile_error():
+    err = compile_error(k_endless_while, out())
+    check(err, CompileError, "'while True' never ends: its condition is a compile-time truth "
+          "and its body has no break", "endless-while", "k_endless_while", hint="add a break")
 
 
 # =============================================================================================
@@ -825,6 +885,29 @@ def check_signature(err: SignatureError, phrase: str, tag: str, kernel: str | No
     check(err, SignatureError, phrase, tag, kernel, hint)
 
 
+@ts.kernel(examples=[{"S": ()}])
+def k_rank0_output(z: tc.MutTensor[tc.f32, "S"]):  # <- sig-rank0
+    z.store(1.0)
+
+
+@ts.kernel(examples=[{"S": (), "M": ()}])
+def k_rank0_mapped(z: tc.MappedPartitionMut[tc.f32, "S", "M"]):  # <- sig-rank0-mapped
+    for idx in z.iter_indices():
+        z.store(1.0, idx)
+
+
+@pytest.mark.parametrize("kernel,tag", [(k_rank0_output, "sig-rank0"),
+                                        (k_rank0_mapped, "sig-rank0-mapped")])
+def test_a_rank_0_output_shape_is_a_signature_error(kernel, tag):
+    """A shape name bound to () (by an example: a launch cannot partition a 0-d tensor) would
+    give an output with no dimension; tc.MutTensor[dtype, ()] itself is refused when the
+    annotation is made."""
+    with pytest.raises(SignatureError) as info:
+        kernel._ir(kernel.specialize_example(kernel.examples[0]))  # what `tilesafe check` does
+    check_signature(info.value, "parameter 'z': an output's static shape cannot be () (rank 0)",
+                    tag, kernel.name, hint="shape (1,)")
+
+
 def test_signature_mut_tensor_dynamic_extent():
     with pytest.raises(SignatureError) as info:
         @ts.kernel
@@ -878,13 +961,13 @@ def test_signature_shape_names_a_non_const_parameter():
                     "bad_shape", hint="declare 'n' as tc.Const[int]")
 
 
-def test_signature_shape_names_an_unknown_parameter():
-    with pytest.raises(SignatureError) as info:
-        @ts.kernel
-        def bad_unknown(z: tc.MutTensor[tc.f32, ("BM", 8)]):  # <- sig-unknown
-            pass
-    check_signature(info.value, "shape entry 'BM' is not a tc.Const parameter", "sig-unknown",
-                    "bad_unknown", hint="BM: tc.Const[int]")
+def test_signature_shape_names_bind_from_the_partition():
+    @ts.kernel
+    def bound_extent(z: tc.MutTensor[tc.f32, ("BM", 8)]):
+        z.store(tc.zeros((BM, 8), tc.f32))  # noqa: F821 (bound from the partition)
+
+    z = ts.zeros((8, 8)).sync().partition((4, 8))
+    assert bound_extent.ir(z).params[0].value.type.shape == (4, 8)
 
 
 def test_signature_varargs():

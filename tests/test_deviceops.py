@@ -75,8 +75,8 @@ def test_shared_executes_once_and_is_read_only():
     t1 = shared.sync()
     t2 = shared.sync()
     assert t1 is t2 and len(runs) == 1
-    z1, _, _ = axpy(ts.zeros(16).partition(8), shared, 2.0).sync()
-    z2, _, _ = axpy(ts.zeros(16).partition(8), shared, 3.0).sync()
+    z1, _ = axpy(ts.zeros(16).partition(8), shared, 2.0).sync()
+    z2, _ = axpy(ts.zeros(16).partition(8), shared, 3.0).sync()
     assert np.array_equal(z2.unpartition().numpy(), np.full(16, 3.0))
     with pytest.raises(BorrowError, match="shared, read-only"):
         ts.borrow_mut(t1).partition(8)
@@ -96,7 +96,7 @@ def test_asyncio_runs_two_pipelines_while_other_coroutines_progress():
         x = ts.full(4096, value).sync()
         z = await ts.zeros(4096).partition(256)
         for _ in range(3):
-            z, x, _ = await axpy(z, x, 1.0)
+            z, x = await axpy(z, x, 1.0)
         return z.unpartition().numpy()
 
     async def main():
@@ -397,7 +397,7 @@ def test_repeated_launches_with_an_explicit_grid_list_reuse_the_plan():
         z.store(tc.full((4,), v, tc.f32))
     z = ts.zeros(16).sync().partition(4)
     for v in (1.0, 2.0):
-        z, _ = fill.launch(z, v, grid=[4]).sync()
+        (z,) = fill.launch(z, v, grid=[4]).sync()
     with pytest.raises(ts.errors.PartitionError, match="differs from the grid"):
         fill.launch(z, 3.0, grid=[2]).sync()
     assert np.array_equal(z.unpartition().numpy(), np.full(16, 2.0))
@@ -434,7 +434,7 @@ def test_a_pipeline_may_partition_what_its_earlier_launches_read():
     op = axpy(b.partition(8), a, 1.0)  # b = b + a
     for _ in range(5):  # then a = a + b, b = b + a, ... alternating
         op = op.then(lambda r: axpy(r[1].partition(8), r[0].unpartition(), 1.0))
-    out, source, _ = op.sync()
+    out, source = op.sync()
     # (b, a): (1, 0) -> b=1 -> a=1 -> b=2 -> a=3 -> b=5 -> a=8
     assert np.array_equal(out.unpartition().numpy(), np.full(32, 8.0))
     assert np.array_equal(source.numpy(), np.full(32, 5.0))

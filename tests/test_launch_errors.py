@@ -18,8 +18,8 @@ import tilesafe.core as tc
 from conftest import marker_line
 from tilesafe.errors import (AliasingError, ArgumentError, CompileError, DeviceOpError,
                              DTypeMismatchError, LaunchError, MovedError, PartitionError,
-                             PartitionRankError, RankMismatchError, SignatureError,
-                             TileShapeMismatchError, UnsafeError)
+                             PartitionRankError, RankMismatchError, ExtentMismatchError,
+                             SignatureError, TileShapeMismatchError, UnsafeError)
 from tilesafe.host.tensor import Tensor
 
 pytestmark = pytest.mark.usefixtures("launch_path")  # both launch paths
@@ -153,16 +153,16 @@ def add_static(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (64,)],
 def test_static_extent_mismatch():
     z, x, y = operands()
     short = ts.zeros(32).sync()
-    err = launch_fails(RankMismatchError, lambda: add_static(z, short, y, 64).sync())  # <- extent
-    check(err, RankMismatchError, "static extent 64 differs from the tensor's shape (32,)", "extent")
+    err = launch_fails(ExtentMismatchError, lambda: add_static(z, short, y, 64).sync())  # <- extent
+    check(err, ExtentMismatchError, "static extent 64 differs from the tensor's shape (32,)", "extent")
     assert_untouched_and_usable(z, x, y)
     assert_fix(err)
 
 
 def test_const_named_extent_mismatch():
     z, x, y = operands()
-    err = launch_fails(RankMismatchError, lambda: add_static(z, x, y, 32).sync())  # <- extent-const
-    check(err, RankMismatchError, "static extent 32 differs from the tensor's shape (64,)",
+    err = launch_fails(ExtentMismatchError, lambda: add_static(z, x, y, 32).sync())  # <- extent-const
+    check(err, ExtentMismatchError, "static extent 32 differs from the tensor's shape (64,)",
           "extent-const")
     assert_untouched_and_usable(z, x, y)
     z2, x2, y2 = operands()
@@ -286,6 +286,36 @@ def test_partition_tile_differs_from_static_shape():
     check(err, TileShapeMismatchError, "partition tile shape (32,) differs from the kernel's static "
           "shape (16,)", "static-tile")
     assert_untouched_and_usable(z, x, y, tile=32)
+    assert_fix(err)
+
+
+def test_partition_tile_differs_from_const_shape_names_both_values():
+    z, x, y = operands()
+    err = launch_fails(TileShapeMismatchError, lambda: add_b(z, x, y, 32).sync())  # <- const-both
+    check(err, TileShapeMismatchError, "partition tile shape (16,) differs from the kernel's static "
+          "shape (32,) (B = 32 was passed as a tc.Const)", "const-both")
+    assert "pass B=16" in err.hint and "leave 'B' out" in err.hint
+    assert_untouched_and_usable(z, x, y)
+    assert_fix(err)
+
+
+@ts.kernel
+def copy_rows(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, "N")]):
+    z.store(tc.load_tile_like(x, z))
+
+
+def test_extent_name_bound_inconsistently():
+    z = ts.full((4, 16), -1.0).sync().partition((1, 16))
+    x = ts.tensor(np.arange(32, dtype=np.float32).reshape(4, 8)).sync()
+    err = launch_fails(ExtentMismatchError, lambda: copy_rows(z, x).sync())  # <- extent-name
+    check(err, ExtentMismatchError, "'N' is bound to 16 by an earlier argument of 'copy_rows', the "
+          "partition tile shape (1, 16) of 'z', but the shape (4, 8) of 'x' gives 8", "extent-name")
+    zt = z.unpartition()
+    assert np.array_equal(zt.numpy(), np.full((4, 16), -1.0, np.float32))
+    assert np.array_equal(x.numpy(), np.arange(32, dtype=np.float32).reshape(4, 8))
+    z8 = ts.full((4, 8), -1.0).sync().partition((1, 8))
+    copy_rows(z8, x).sync()  # the same x with a matching tile: accepted
+    assert np.array_equal(z8.unpartition().numpy(), x.numpy())
     assert_fix(err)
 
 

@@ -217,13 +217,13 @@ def row_max(z: tc.MutTensor[tc.f32, (4, 1)], x: tc.Tensor[tc.f32, (-1, -1)],
 def test_reduce_over_padded_edge_tile():
     x = -np.arange(1, 16, dtype=np.float32).reshape(5, 3) - 10  # all negative: 0 would win
     z = poisoned((5, 1)).partition((4, 1))
-    z, _, _ = row_max(z, ts.tensor(x), float("-inf")).sync()
+    z, _ = row_max(z, ts.tensor(x), float("-inf")).sync()
     np.testing.assert_array_equal(z.unpartition().numpy()[:, 0], x.max(1))
     z = poisoned((5, 1)).partition((4, 1))
-    z, _, _ = row_max(z, ts.tensor(x), 0.0).sync()
+    z, _ = row_max(z, ts.tensor(x), 0.0).sync()
     assert (z.unpartition().numpy() == 0).all()  # zero padding is part of the tile
     z = poisoned((5, 1)).partition((4, 1))
-    z, _, _ = row_max(z, ts.tensor(x), float("nan")).sync()
+    z, _ = row_max(z, ts.tensor(x), float("nan")).sync()
     assert np.isnan(z.unpartition().numpy()).all()
 
 
@@ -288,7 +288,7 @@ def test_scan_1d_default_axis():
     x = np.arange(1, 9, dtype=np.int32)
     for rev in (False, True):
         z = poisoned(8, ts.int32).partition(8)
-        z, _, _ = scan_1d(z, ts.tensor(x), rev).sync()
+        z, _ = scan_1d(z, ts.tensor(x), rev).sync()
         expected = np.cumsum(x[::-1])[::-1] if rev else np.cumsum(x)
         np.testing.assert_array_equal(z.unpartition().numpy(), expected)
 
@@ -442,8 +442,8 @@ def test_tiled_matmul_property(m, n, k, bm, bn, bk, types, seed):
     rng = np.random.default_rng(seed)
     a, b = operands(rng, ab, (m, k)), operands(rng, ab, (k, n))
     z = poisoned((m, n), acc).partition((bm, bn))
-    z, _, _, _, _, _ = tiled_mm(z, ts.tensor(host(a, ab), ab), ts.tensor(host(b, ab), ab),
-                                bm, bn, bk).sync()
+    z, _, _ = tiled_mm(z, ts.tensor(host(a, ab), ab), ts.tensor(host(b, ab), ab),
+                       bm, bn, bk).sync()
     res = z.unpartition().numpy()
     exact = exact_matmul(a, b)
     if acc.is_int:

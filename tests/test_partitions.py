@@ -184,7 +184,7 @@ def test_padding_values_of_partition_loads_and_load_tile_like(rng, dtype, pad):
     # the outputs cover the whole padded grid (8 x 16), so padding is visible
     z = poisoned((8, 16), dtype).partition((4, 8))
     w = poisoned((8, 16), dtype).partition((4, 8))
-    z, w, _, _ = padded_loads(z, w, src, pad).sync()
+    z, w, _ = padded_loads(z, w, src, pad).sync()
     expected = np.full((8, 16), pad)
     expected[:5, :11] = vals
     for got in (z.unpartition().numpy(), w.unpartition().numpy()):
@@ -207,7 +207,7 @@ def padded_by_name(z: tc.MutTensor[tc.f32, (4, 8)], x: tc.Tensor[tc.f32, (-1, -1
 def test_integer_partitions_pad_with_zero_and_reject_other_padding():
     x = np.arange(1, 16, dtype=np.int8).reshape(3, 5)
     z = poisoned((4, 8), ts.int8).partition((4, 8))
-    z, _, _ = padded_int(z, ts.tensor(x), 0).sync()
+    z, _ = padded_int(z, ts.tensor(x), 0).sync()
     expected = np.zeros((4, 8), np.int8)
     expected[:3, :5] = x
     np.testing.assert_array_equal(z.unpartition().numpy(), expected)
@@ -345,7 +345,7 @@ def test_load_ptr_and_store_ptr_with_masks():
         gather_scatter(z, src, dst, 13, True)
     with ts.unsafe():
         op = gather_scatter(z, src, dst, 13, True)
-    z, src, dst, _, _ = op.sync()
+    z, src, dst = op.sync()
     np.testing.assert_array_equal(z.unpartition().numpy(), np.concatenate([x, [-1.0] * 3]))
     np.testing.assert_array_equal(dst.numpy(), (x * 2)[::-1])
     with ts.unsafe():

@@ -8,11 +8,11 @@ from . import errors
 from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                      int64, uint8, uint16, uint32, uint64)
 from .errors import (AliasingError, ArgumentError, BorrowError, BroadcastError, CompileError,
-                     CudaError, DeviceMismatchError, DeviceOpError, DTypeError,
-                     DTypeMismatchError, KernelNameError, KernelRuntimeError, LaunchError,
-                     MovedError, OwnershipError, PartitionError, PartitionRankError,
+                     CudaError, DeviceError, DeviceMismatchError, DeviceOpError, DTypeError,
+                     DTypeMismatchError, ExtentMismatchError, KernelNameError, KernelRuntimeError,
+                     LaunchError, MovedError, OwnershipError, PartitionError, PartitionRankError,
                      RankMismatchError, SafetyError, ShapeError, SignatureError, TileirasNotFound,
-                     TileShapeError, TileShapeMismatchError, TilesafeError, UnsafeError,
+                     TilesafeError, TileShapeError, TileShapeMismatchError, UnsafeError,
                      UnsupportedSyntaxError)
 from .deviceops.deviceop import DeviceOp, SharedOp, value, zip
 from .deviceops.graph import CudaGraph
@@ -36,8 +36,8 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
     "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "DTypeMismatchError",
-    "RankMismatchError", "DeviceMismatchError", "PartitionRankError", "TileShapeMismatchError",
+    "RankMismatchError", "ExtentMismatchError", "DeviceMismatchError", "PartitionRankError", "TileShapeMismatchError",
     "UnsupportedSyntaxError", "KernelNameError", "DTypeError", "ShapeError", "BroadcastError",
     "TileShapeError", "SignatureError", "OwnershipError", "DeviceOpError", "CudaError",
-    "TileirasNotFound", "__version__",
+    "TileirasNotFound", "DeviceError", "__version__",
 ]

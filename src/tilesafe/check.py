@@ -25,7 +25,8 @@ from .compiler.signature import ConstSpec, MappedSpec, Param, TensorSpec
 from .errors import TilesafeError
 from .kernel import Kernel
 
-_KINDS = {"const": "tc.Const", "dtype": "dtype name", "shape": "shape name"}
+_KINDS = {"const": "tc.Const", "dtype": "dtype name", "shape": "shape name",
+          "extent": "extent name", "grid": "launch grid"}
 
 
 def _load(path: Path):
@@ -51,19 +52,23 @@ def _import_failure(path: Path, err: Exception) -> str:
     return f"error: {where}: importing the file raised {type(err).__name__}: {what}"
 
 
-def _unbound_names(params: list[Param], bindings: dict) -> dict[str, str]:
+def _unbound_names(params: list[Param], bindings: dict, const_grid: bool = False
+                   ) -> dict[str, str]:
     """The names a specialization from ``bindings`` alone needs and ``bindings`` lacks, in
     signature order, each with its kind: ``"const"`` (a ``tc.Const`` parameter, also where a
-    shape tuple names it), ``"dtype"`` (a dtype name) or ``"shape"`` (a shape name)."""
+    shape tuple names it), ``"extent"`` (a name in a shape tuple that is no parameter),
+    ``"dtype"`` (a dtype name), ``"shape"`` (a shape name) or ``"grid"`` (the grid a
+    ``const_grid`` kernel compiles in)."""
     needed: dict[str, str] = {}
+    consts = {p.name for p in params if isinstance(p.spec, ConstSpec)}
 
     def shape(entries) -> None:
         if isinstance(entries, str):
             needed.setdefault(entries, "shape")
-        else:  # the names in a shape tuple are tc.Const parameters (the signature checks)
+        else:  # a name in a shape tuple: a tc.Const parameter, or an extent name alone
             for d in entries:
                 if isinstance(d, str):
-                    needed.setdefault(d, "const")
+                    needed.setdefault(d, "const" if d in consts else "extent")
 
     for p in params:
         spec = p.spec
@@ -76,6 +81,8 @@ def _unbound_names(params: list[Param], bindings: dict) -> dict[str, str]:
         elif isinstance(spec, MappedSpec):
             shape(spec.tile_shape)
             shape(spec.map_shape)
+    if const_grid:
+        needed.setdefault("grid", "grid")
     return {n: kind for n, kind in needed.items() if n not in bindings}
 
 
@@ -89,6 +96,10 @@ def _example_value(kernel: Kernel, name: str, kind: str) -> str:
                 rank = 1 if isinstance(p.spec.tile_shape, str) else len(p.spec.tile_shape)
                 return repr((1,) * rank)
         return "(1024,)"
+    if kind == "extent":
+        return "64"
+    if kind == "grid":
+        return "(132, 1, 1)"
     const = next(p.spec.type for p in kernel.params if p.name == name)
     return {int: "64", float: "1.0", bool: "True"}.get(const, "...")
 
@@ -163,7 +174,7 @@ def check_file(file: str, target: Optional[str] = None, *, skip_unbound: bool = 
     for name, kernel in kernels:
         for number, bindings in enumerate(kernel.examples or [{}]):
             label = f"{name}" + (f" (example {number + 1})" if kernel.examples else "")
-            missing = _unbound_names(kernel.params, bindings)
+            missing = _unbound_names(kernel.params, bindings, kernel.const_grid)
             if missing:
                 unbound_failed, line = _unbound_report(kernel, label, missing, skip_unbound)
                 failed += unbound_failed

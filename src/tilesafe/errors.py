@@ -18,7 +18,8 @@ tensor unchanged and usable.
     ├── LaunchError                  host-side launch checks, before anything is enqueued
     │   ├── ArgumentError            wrong number/kind of arguments
     │   │   ├── DTypeMismatchError   an argument's dtype differs from the signature's
-    │   │   ├── RankMismatchError    an argument's rank or static extent differs
+    │   │   ├── RankMismatchError    an argument's rank differs
+    │   │   ├── ExtentMismatchError  a static (or name-bound) extent of an argument differs
     │   │   └── DeviceMismatchError  arguments on different devices
     │   ├── PartitionError           partition does not fit the launch (grid, map)
     │   │   ├── PartitionRankError   a partition of rank > 3 (the CUDA grid's limit)
@@ -30,7 +31,8 @@ tensor unchanged and usable.
     │   └── UnsafeError              unsafe kernel launched outside ``with ts.unsafe():``
     ├── DeviceOpError                a DeviceOp driven twice or misused
     ├── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
-    └── CudaError                    a CUDA driver call failed
+    ├── CudaError                    a CUDA driver call failed
+    └── DeviceError                  a device name that is unknown or not usable here
 """
 
 from __future__ import annotations
@@ -181,7 +183,12 @@ class DTypeMismatchError(ArgumentError):
 
 
 class RankMismatchError(ArgumentError):
-    """An argument's rank or static extent differs from the kernel signature's."""
+    """An argument's rank differs from the kernel signature's."""
+
+
+class ExtentMismatchError(ArgumentError):
+    """An argument has the signature's rank but a static extent (or one bound by a name)
+    differs."""
 
 
 class DeviceMismatchError(ArgumentError):
@@ -236,3 +243,8 @@ class TileirasNotFound(CompileError):
 
 class CudaError(TilesafeError):
     """A CUDA driver call failed; the message names the call and the user's line."""
+
+
+class DeviceError(TilesafeError, ValueError):
+    """A device name that is unknown or not usable on this machine (``TILESAFE_DEVICE``,
+    ``device=...``); the message says why and what is available."""

@@ -13,6 +13,7 @@ checks and ops are the launch layer's (``tilesafe.launch``).
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import weakref
 from typing import Any, Callable, Optional, Sequence
@@ -21,15 +22,16 @@ from . import _compiled, backends, pipeline
 from ._callsite import caller_location
 from .backends.base import BoundLaunch, Target
 from .compiler.frontend import DeviceFunction, SourceFunction
-from .compiler.hints import check_hints
+from .compiler.hints import check_hints, dim_factors
 from .compiler.ir import KernelIR, print_ir
-from .compiler.signature import Param, PointerSpec, parse_signature
+from .compiler.signature import Param, PointerSpec, launch_bound_consts, parse_signature
 from .compiler.specialize import Specialization, specialize_from_names
 from .deviceops.deviceop import DeviceOp
 from .driver.device import Device
 from .driver.stream import Stream
 from .errors import ArgumentError, Location, SignatureError, TilesafeError, UnsafeError
-from .launch.checks import PreparedLaunch, kernel_args, prepare, recover
+from .launch.checks import LaunchRules, PreparedLaunch, describe, kernel_args, prepare, recover
+from .launch.arguments import bind, result_type
 from .launch.op import LaunchOp
 from .launch.unsafe import unsafe, unsafe_permitted
 
@@ -52,8 +54,8 @@ class _KernelState:
 
     __slots__ = ("name", "_unsafe", "_plans", "launch_count")
 
-    def __call__(self, *args: Any) -> DeviceOp[tuple]:
-        return self.launch(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> DeviceOp[tuple]:
+        return self.launch(*args, **kwargs)
 
 
 KernelCore = _FAST.KernelCore if _FAST is not None else _KernelState
@@ -73,13 +75,14 @@ class Kernel(KernelCore):
     """
 
     def __init__(self, fn: Callable, *, unchecked_accesses: bool = False,
-                 hints: Optional[dict] = None, examples: Sequence[dict] = ()):
+                 hints: Optional[dict] = None, examples: Sequence[dict] = (),
+                 const_grid: bool = False):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = fn.__name__
         self.params: list[Param] = parse_signature(fn)
         self.unchecked_accesses = bool(unchecked_accesses)
-        self.hints = check_hints(hints)
+        self.hints = check_hints(hints, self.params)
         self.examples = [dict(e) for e in examples]
         self._source: Optional[SourceFunction] = None
         self._ir_cache: dict[Specialization, KernelIR] = {}
@@ -92,6 +95,13 @@ class Kernel(KernelCore):
         self.launch_count = 0
         self._unsafe = self.unchecked_accesses or any(isinstance(p.spec, PointerSpec)
                                                       for p in self.params)
+        self.const_grid = bool(const_grid)
+        self.rules = LaunchRules(self.name, tuple(self.params),
+                                 result_type(self.name, self.params),
+                                 dim_factors(self.hints, self.params), self.const_grid)
+        self._defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
+                          if p.default is not inspect.Parameter.empty}
+        self._partition_bound = launch_bound_consts(self.params)
 
     @property
     def is_unsafe(self) -> bool:
@@ -158,47 +168,82 @@ class Kernel(KernelCore):
         return self._executable(prepared.specialization, self._target(device), facts), args
 
     def compile(self, *args: Any, target: Optional[str] = None,
-                grid: Optional[Sequence[int]] = None) -> Any:
-        """Compile for these arguments without launching. With ``target`` (e.g. ``"sm_90"``)
-        this needs no GPU and returns the cubin bytes; otherwise it returns the executable for
-        the arguments' device (interpreter or GPU)."""
-        prepared = self._check_only(args, grid)
+                grid: Optional[Sequence[int]] = None, **kwargs: Any) -> Any:
+        """Compile for these arguments (by position or by name) without launching or running
+        them: constructor and copy ops not run yet describe their results. With ``target``
+        (e.g. ``"sm_90"``) this needs no GPU and returns the cubin bytes; otherwise it returns
+        the executable for the arguments' device (interpreter or GPU), which needs tensors
+        (their alignment is part of it)."""
+        prepared = self._check_only(args, grid, kwargs)
         if target is None:
             self._check_permitted("compiled for launching", prepared.where)
+            if prepared.args is None:
+                raise ArgumentError(f"compiling '{self.name}' for a device needs its arguments' "
+                                    "memory, and some are DeviceOps not run yet",
+                                    prepared.where, hint="call .sync() on them first, or "
+                                    "compile ahead of time with target='sm_90'")
         if target is not None:
             ahead = backends.by_name("tileir").ahead_of_time(target)
             return pipeline.compile(self._ir(prepared.specialization), ahead, hints=self.hints,
                                     on_compiled=self._counted)
         return self._executable_for(prepared)[0]
 
-    def ir(self, *args: Any, grid: Optional[Sequence[int]] = None) -> KernelIR:
-        """Compile (without running) for these arguments and return the typed IR."""
-        return self._ir(self._check_only(args, grid).specialization)
+    def ir(self, *args: Any, grid: Optional[Sequence[int]] = None, **kwargs: Any) -> KernelIR:
+        """Compile (without running anything) for these arguments and return the typed IR."""
+        return self._ir(self._check_only(args, grid, kwargs).specialization)
 
-    def _check_only(self, args: Sequence[Any], grid: Optional[Sequence[int]]) -> PreparedLaunch:
-        """Validate ``args`` like a launch (pending DeviceOps are driven) but borrow nothing."""
-        values = [a.sync() if isinstance(a, DeviceOp) else a for a in args]
-        return prepare(self.name, self.params, values, grid, caller_location(), lend=False)
+    def _check_only(self, args: Sequence[Any], grid: Optional[Sequence[int]],
+                    kwargs: Optional[dict] = None) -> PreparedLaunch:
+        """Validate ``args`` like a launch but borrow nothing; DeviceOp arguments are not run
+        (their described results specialize the kernel: ``launch.checks.describe``)."""
+        where = caller_location()
+        args = bind(self.name, self.params, tuple(args), kwargs or {}, self._partition_bound,
+                    where, self._defaults)
+        if any(isinstance(a, DeviceOp) for a in args):
+            return describe(self.rules, args, grid, where)
+        return prepare(self.rules, args, grid, where, lend=False)
 
     def specialize_example(self, bindings: dict) -> Specialization:
         """A specialization from names alone, with no tensors: ``bindings`` gives each shape
         name (``"S": (1024,)``), dtype name (``"T": ts.float16``) and tc.Const parameter.
-        Used by ``tilesafe check`` and to compile ahead of time."""
-        return specialize_from_names(self.name, self.params, bindings)
+        Used by ``tilesafe check`` and to compile ahead of time. A ``const_grid`` kernel also
+        needs ``"grid"``: the launch grid, e.g. ``(132, 1, 1)``."""
+        if not self.const_grid:
+            return specialize_from_names(self.name, self.params, bindings)
+        bindings = dict(bindings)
+        grid = bindings.pop("grid", None)
+        if grid is None:
+            raise ArgumentError(f"kernel '{self.name}' compiles its grid in (const_grid=True), "
+                                "and the example gives none", hint="add \"grid\": (x, y, z) "
+                                "(say (132, 1, 1)) to the example")
+        g = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        if not 1 <= len(g) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1
+                                       for d in g):
+            raise ArgumentError(f"kernel '{self.name}': the example's grid {grid!r} is not 1 to "
+                                "3 positive ints", hint="give it as \"grid\": (x, y, z)")
+        g = g + (1,) * (3 - len(g))
+        return specialize_from_names(self.name, self.params, bindings).with_grid(g)
 
-    def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None) -> str:
+    def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None, **kwargs: Any) -> str:
         """The printed IR for these arguments (see :meth:`ir`)."""
-        return print_ir(self.ir(*args, grid=grid))
+        return print_ir(self.ir(*args, grid=grid, **kwargs))
 
     # -- launching --------------------------------------------------------------------------
-    def launch(self, *args: Any, grid: Optional[Sequence[int]] = None) -> DeviceOp[tuple]:
-        """A lazy launch; ``grid`` defaults to the tile grid of the partitioned outputs.
+    def launch(self, *args: Any, grid: Optional[Sequence[int]] = None,
+               **kwargs: Any) -> DeviceOp[tuple]:
+        """A lazy launch with arguments by position or by parameter name (Python's binding
+        rules); ``grid`` defaults to the tile grid of the partitioned outputs. ``.sync()``
+        returns the tensor-like arguments (a named tuple: ``z, x = k(z, x, 2.0).sync()``, or
+        ``r.z``).
 
         When no argument is itself a pending DeviceOp, the launch is validated right here and
         its arguments are lent to it (shared inputs, exclusive outputs) until it completes.
         """
         where = caller_location()
         try:
+            if kwargs or len(args) < len(self.params):
+                args = bind(self.name, self.params, args, kwargs, self._partition_bound, where,
+                            self._defaults)
             self._check_permitted("launched", where)
             return LaunchOp(self, args, grid, where)
         except TilesafeError as err:  # nothing was lent: the arguments come back with the error
@@ -249,16 +294,25 @@ def _hand_back(err: Exception, args: tuple) -> None:
 
 
 def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
-           hints: Optional[dict] = None, examples: Sequence[dict] = ()):
+           hints: Optional[dict] = None, examples: Sequence[dict] = (),
+           const_grid: bool = False):
     """Decorate a tile kernel: ``@ts.kernel`` or ``@ts.kernel(unchecked_accesses=True)``.
 
     Args:
         unchecked_accesses: turn off bounds checks; makes the kernel unsafe (launch it inside
             ``with ts.unsafe():``).
-        hints: per-architecture optimization hints, e.g.
-            ``{"sm_90": {"num_cta_in_cga": 2, "occupancy": 1}}``; unknown names are an error.
+        hints: optimization hints, e.g. ``{"tensor_dim_factor": 16, "sm_90":
+            {"num_cta_in_cga": 2, "occupancy": 1}, "default": {"occupancy": 2}}``: an
+            architecture's entry applies to that target, ``default`` otherwise; unknown names
+            are an error. ``tensor_dim_factor`` (a power of two, or ``{"x": 16}`` per
+            parameter) promises that the dynamic extents of the tensor parameters are
+            multiples of it; every launch checks the promise.
         examples: name bindings (shape names, dtype names, tc.Const values), each a dict, that
             ``tilesafe check`` compiles the kernel with when no tensors are at hand.
+        const_grid: compile the launch grid in as a constant: ``get_num_tile_blocks()`` is
+            static and the block ids have known bounds, so the GPU compiler can drop index
+            arithmetic and bounds checks derived from them; each grid compiles its own
+            specialization (an example gives it as ``"grid": (x, y, z)``).
 
     Module globals the kernel reads (numbers, dtypes, tuples) are read when it is compiled for
     a specialization, and later changes to them are not seen by that specialization: pass a
@@ -266,7 +320,7 @@ def kernel(fn: Optional[Callable] = None, *, unchecked_accesses: bool = False,
     """
     def wrap(f: Callable) -> Kernel:
         return Kernel(f, unchecked_accesses=unchecked_accesses, hints=hints,
-                      examples=examples)
+                      examples=examples, const_grid=const_grid)
     return wrap(fn) if fn is not None else wrap
 
 

@@ -97,7 +97,7 @@ def test_tiled_gemm_low_precision(rng, dtype, m, n, k):
     gemm = _example("gemm").gemm
     a = ts.tensor(rng.standard_normal((m, k)), dtype=dtype, device=GPU).sync()
     b = ts.tensor(rng.standard_normal((k, n)), dtype=dtype, device=GPU).sync()
-    z, *_ = gemm(poisoned((m, n), dtype).partition((64, 64)), a, b, 64, 64, 32).sync()
+    z, _, _ = gemm(poisoned((m, n), dtype).partition((64, 64)), a, b, BK=32).sync()
     out = z.unpartition().numpy().astype(np.float64)
     ref = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-2
@@ -109,8 +109,8 @@ def test_persistent_gemm_non_divisible(rng, m, n, k):
     b = rng.standard_normal((k, n)).astype(np.float16)
     persistent_gemm = _example("persistent_gemm").persistent_gemm
     z = poisoned((m, n), ts.float16).partition((64, 64)).map((4, 1), 7)
-    out, *_ = persistent_gemm(z, ts.tensor(a, device=GPU), ts.tensor(b, device=GPU),
-                              64, 64, 32).sync()
+    out, _, _ = persistent_gemm(z, ts.tensor(a, device=GPU), ts.tensor(b, device=GPU),
+                                BK=32).sync()
     got = out.unpartition().numpy().astype(np.float64)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert not np.isnan(got).any()
@@ -120,8 +120,8 @@ def test_persistent_gemm_non_divisible(rng, m, n, k):
 def test_softmax_rows(rng):
     module = _example("softmax")
     x = rng.standard_normal((64, 1000)).astype(np.float32)
-    z, _, _ = module.softmax(poisoned((64, 1000)).partition((1, 1024)),
-                             ts.tensor(x, device=GPU), 1024).sync()
+    z, _ = module.softmax(poisoned((64, 1000)).partition((1, 1024)),
+                          ts.tensor(x, device=GPU)).sync()
     ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     ref /= ref.sum(1, keepdims=True)
     np.testing.assert_allclose(z.unpartition().numpy(), ref, rtol=1e-5, atol=1e-6)
@@ -184,3 +184,23 @@ def test_disk_cache_second_process_compiles_nothing(tmp_path):
                            env=env, timeout=300)
     assert third.returncode == 0, third.stderr
     assert "compiles 1" in third.stdout
+
+
+def test_const_grid_persistent_gemm_is_exact_and_bitwise_equal_to_the_dynamic_grid(rng):
+    """The grid compiled in (const_grid=True) changes the cubin, not the results: the same
+    persistent GEMM with and without it agree bit for bit, and with the float64 reference."""
+    module = _example("persistent_gemm")
+    static = ts.kernel(module.persistent_gemm.fn, const_grid=True)
+    a = rng.integers(-3, 4, (300, 130)).astype(np.float16)  # small ints: the f32 sums are exact
+    b = rng.integers(-3, 4, (130, 200)).astype(np.float16)
+    x, y = ts.tensor(a, device=GPU).sync(), ts.tensor(b, device=GPU).sync()
+    outs = []
+    for kernel in (module.persistent_gemm, static):
+        z = poisoned((300, 200), ts.float16).partition((64, 64)).map((4, 1), 7)
+        z, x, y = kernel(z, x, y, BK=32).sync()
+        outs.append(z.unpartition().numpy())
+    assert np.array_equal(outs[0], outs[1])
+    assert np.array_equal(outs[1].astype(np.float64), a.astype(np.float64) @ b)
+    z = poisoned((300, 200), ts.float16).partition((64, 64)).map((4, 1), 7)
+    cubins = [k.compile(z, x, y, BK=32, target="sm_90") for k in (module.persistent_gemm, static)]
+    assert cubins[0] != cubins[1]

@@ -333,6 +333,26 @@ def raw_pointers(z: tc.MutTensor[tc.f32, (64,)], p: tc.Ptr[tc.f32], q: tc.Ptr[tc
     z.store(tc.where(flags, v, u + s))
 
 
+@ts.kernel
+def early_exits(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], n: int, step: int,
+                m: tc.u8):
+    t = tc.load_tile_like(x, z)
+    k = 0
+    while k < n:                      # a while loop with a store and a break
+        k = k + 1
+        if k == 4:
+            break
+        z.store(z.load() + 1.0)
+    for j in range(m):                # continue only: a counted for over u8 bounds
+        if j == 2:
+            continue
+        t = t * 2.0
+    for i in range(k, n, step):       # a runtime step and a break: a loop carrying the token
+        z.store(t + i.astype(tc.f32))
+        if i > 6:
+            break
+
+
 @ts.kernel(unchecked_accesses=True)
 def unchecked_add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + 1.0)
@@ -390,6 +410,7 @@ def _ir_all():
         "small_loops": small_loops.ir(vec(64, ts.int16).partition(16), 7, 9, 0.5),
         "raw_pointers": raw_pointers.ir(vec(n).partition(64), vec(n), vec(n), vec(n, ts.bool_),
                                         vec(n, ts.int32), 10),
+        "early_exits": early_exits.ir(vec(n).partition(128), vec(n), 10, 3, 5),
     }
     return kernels
 
@@ -507,6 +528,8 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
         "small_loops": ["for unsigned", "exti", "trunci", "tile<i16>"],
         "raw_pointers": ["load_ptr_tko", "store_ptr_tko", "offset", "tile<64xptr<f32>>",
                          "tile<64xptr<i8>>"],
+        "early_exits": ["loop iter_values", "break", "continue", "for unsigned", "select",
+                        "cmpi greater_than", "store_view_tko"],
     }
     for label, snippets in expected.items():
         missing = [s for s in snippets if s not in text[label]]
@@ -561,6 +584,45 @@ def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):
     assert re.search(r"= for .*iter_values\(.*token", text, re.S), text
     ops = memory_ops(text)
     assert all(o[1] for o in ops if o[0] == "store_view_tko"), ops
+
+
+def test_loops_that_leave_early_thread_the_token(disasm_tool, tmp_path):
+    """A for that breaks becomes a Tile IR loop; every exit of a loop whose body stores passes
+    the token on, so the stores after the loops wait for the ones inside."""
+    text = disasm(disasm_tool, lower_kernel(_ir_all()["early_exits"]), tmp_path)
+    assert len(re.findall(r"= loop iter_values\(", text)) == 2, text
+    assert re.search(r"= loop iter_values\(.*\) : .*token.* -> .*token", text), text
+    breaks = re.findall(r"^\s*break .*$", text, re.M)
+    assert len(breaks) >= 3 and all("token" in b for b in breaks), breaks
+    continues = re.findall(r"^\s*continue .*$", text, re.M)
+    assert any("token" in c for c in continues) and not all("token" in c for c in continues)
+    assert re.search(r"= for unsigned .*iter_values", text), text
+    ops = memory_ops(text)
+    assert all(o[1] for o in ops if o[0] == "store_view_tko"), ops
+
+
+@ts.kernel
+def static_step(z: tc.MutTensor[tc.i32, (8,)], n: int, STEP: tc.Const[int]):
+    acc = tc.zeros((8,), tc.i32)
+    for i in range(0, n, STEP):
+        acc = acc + i
+    z.store(acc)
+
+
+def test_the_forms_of_a_counted_loop(disasm_tool, tmp_path):
+    """A step of 1 is Tile IR's for; another compile-time step counts trips (an unsigned
+    division, no guard); only a runtime step is guarded (compared with 0)."""
+    texts = {}
+    for step in (1, 3):
+        ir = static_step.ir(vec(8, ts.int32).partition(8), 5, step)
+        assert [op.attrs for op in ir.walk() if op.name == "for"] == [{"step": step}]
+        texts[step] = disasm(disasm_tool, lower_kernel(ir), tmp_path, f"s{step}")
+    assert not any(m in texts[1] for m in ("select", "divi", "greater_than")), texts[1]
+    assert "divi" in texts[3] and "unsigned" in texts[3] and "greater_than" not in texts[3]
+    assert not has_op(texts[1], "loop") and not has_op(texts[3], "loop")
+    runtime = early_exits.ir(vec(300).partition(128), vec(300), 10, 3, 5)
+    steps = [op.attrs for op in runtime.walk() if op.name == "for"]
+    assert steps == [{"step": 1}, {"runtime_step": True}]
 
 
 def test_pointer_accesses_are_chained(disasm_tool, tmp_path):
@@ -773,6 +835,135 @@ class _ModelBuilder:
         whole = np.trunc(a.data.astype(np.float64))
         return _V(a.type.with_element(to), np.array([int(x) for x in whole.flat], dtype=object)
                   .reshape(a.type.shape))
+
+
+class _ModelExit(Exception):
+    """A terminator run on the model: ``kind`` is yield, continue or break."""
+
+    def __init__(self, kind, values):
+        super().__init__(kind)
+        self.kind, self.values = kind, list(values)
+
+
+class _ModelControlFlow:
+    """Tile IR's structured control flow on the model: ``for`` counts ``[lb, ub)`` by a step
+    that must be positive (as the spec requires), ``loop`` runs until ``break``; terminators
+    raise :class:`_ModelExit` to the region op that owns them."""
+
+    def yield_(self, values=()):
+        raise _ModelExit("yield", values)
+
+    def continue_(self, values=()):
+        raise _ModelExit("continue", values)
+
+    def break_(self, values=()):
+        raise _ModelExit("break", values)
+
+    def if_(self, cond, then_body, else_body=None, *, result_types=()):
+        try:
+            (then_body if bool(cond.data) else (else_body or self.yield_))()
+        except _ModelExit as exit_:
+            if exit_.kind != "yield":
+                raise
+            return exit_.values
+        raise AssertionError("an if region without a terminator")
+
+    def for_(self, lb, ub, step, init, body, *, unsigned_compare=False):
+        sign = Signedness.UNSIGNED if unsigned_compare else Signedness.SIGNED
+        iv, upper, stride = (_ints(v, sign)[0] for v in (lb, ub, step))
+        assert stride > 0, f"a Tile IR for with step {stride}"
+        values = list(init)
+        for _ in range(100_000):
+            if iv >= upper:
+                return values
+            try:
+                body(_V(lb.type, iv), *values)
+            except _ModelExit as exit_:
+                assert exit_.kind == "continue", exit_.kind
+                values = exit_.values
+            iv = _ints(_V(lb.type, iv + stride), sign)[0]  # wraps, as on the GPU
+        raise AssertionError("the for never ends: iv + step wrapped below the bound")
+
+    def loop(self, init, body, *, result_types=()):
+        values = list(init)
+        for _ in range(100_000):
+            try:
+                body(*values)
+            except _ModelExit as exit_:
+                if exit_.kind == "break":
+                    return exit_.values
+                assert exit_.kind == "continue", exit_.kind
+                values = exit_.values
+        raise AssertionError("the loop never breaks")
+
+
+class _ModelWithControlFlow(_ModelControlFlow, _ModelBuilder):
+    pass
+
+
+@ts.kernel
+def model_loops(z: tc.MutTensor[tc.i32, (8,)], lb: int, ub: int, step: int, stop: int,
+                T: tc.Const[tc.DType], BREAKS: tc.Const[bool], STEP: tc.Const[int]):
+    n = 0
+    s = tc.zeros((), T)
+    for i in range(lb.astype(T), ub.astype(T), step.astype(T) if STEP == 0 else STEP):
+        if BREAKS:
+            if i == stop:
+                break
+        n = n + 1
+        s = s ^ i
+    z.store(tc.full((8,), n) + s.astype(tc.i32))
+
+
+def _run_model_loop(dtype, breaks, lb, ub, step, stop, constant):
+    """Lower a for (its step a runtime value, or the constant ``step``) on the model."""
+    ir = model_loops.ir(vec(8, ts.int32).partition(8), 0, 1, 1, 0, dtype, breaks,
+                        step if constant else 0)
+    (op,) = [op for op in ir.walk() if op.name == "for"]
+    assert op.attrs == ({"step": step} if constant else {"runtime_step": True})
+    lw = LoweringContext(ir, None, _ModelWithControlFlow(), inbounds=False, debug=False)
+    for value, number in zip(op.operands, (lb, ub, step, 0, 0)):
+        lw.set(value, _V(tir.TileType(scalar_type(value.type.dtype)), number))
+    for param in ir.params:  # the stop value, converted and compared in the body
+        if param.name == "stop":
+            lw.set(param.value, _V(tir.TileType(tir.I32), stop))
+    lw.lower_op(op)
+    n, s = (_decode(lw.get(r), r.type.dtype) for r in op.results)
+    return int(n), int(s)
+
+
+LOOP_CASES = [
+    (tsd.int32, 2**31 - 10, 2**31 - 1, 4, 0),    # iv + step would overflow past the bound
+    (tsd.int32, 2**31 - 10, 2**31 - 1, 4, 2**31 - 6),
+    (tsd.int32, -(2**31), -(2**31) + 9, 2**30, 0),
+    (tsd.uint32, 2**32 - 10, 2**32 - 1, 4, 0), (tsd.uint32, 2**32 - 10, 2**32 - 1, 4, 2**32 - 6),
+    (tsd.int8, 120, 127, 3, 0), (tsd.int8, 120, 127, 3, 123), (tsd.uint8, 250, 255, 2, 0),
+    (tsd.int16, -5, 30, 7, 9), (tsd.int64, 2**63 - 7, 2**63 - 1, 5, 0),
+    (tsd.int32, 0, 20, 3, 9), (tsd.int32, 5, 5, 1, 0), (tsd.int32, 0, 20, 0, 0),
+    (tsd.int32, 0, 20, -3, 0), (tsd.int8, 0, 20, -128, 0), (tsd.int32, 2**31 - 3, 2**31 - 1, 1, 0)]
+
+
+@pytest.mark.parametrize("dtype,lb,ub,step,stop,constant", [
+    case + (constant,) for case in LOOP_CASES for constant in (False, True)
+    if case[3] > 0 or not constant])
+@pytest.mark.parametrize("breaks", [False, True], ids=["for", "loop"])
+def test_loop_trip_counts_on_the_model(dtype, lb, ub, step, stop, constant, breaks):
+    """Every lowering of a for (a runtime or constant step; a counted for or, when it breaks,
+    a loop) runs exactly Python's range: zero times for a runtime step <= 0, and no iteration
+    more near the dtype's limits, where iv + step wraps (Tile IR's for would never end)."""
+    got = _run_model_loop(dtype, breaks, lb, ub, step, stop, constant)
+    n = s = 0
+    for i in (range(lb, ub, step) if step > 0 else ()):
+        if breaks and i == stop:
+            break
+        n, s = n + 1, s ^ i
+    assert got == (n, wrap_to(dtype, s)), (got, n, s)
+
+
+def wrap_to(dtype, v):
+    bits = dtype.bits
+    v %= 1 << bits
+    return v - (1 << bits) if dtype.is_signed and v >= 1 << (bits - 1) else v
 
 
 def _model_context() -> LoweringContext:

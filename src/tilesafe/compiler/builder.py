@@ -2,12 +2,31 @@
 
 It also owns the coercion rules every builtin shares, so they are written once:
 
-* Python scalars are *weak*: an ``int`` literal takes the dtype of the tile it meets (it must
-  fit), a ``float`` literal only meets float tiles, a ``bool`` only bool tiles. Alone, they
+* *Weakly typed* operands adapt to the strongly typed values they meet. They are Python
+  numbers, and *weak runtime scalars*: a kernel parameter declared with the Python type
+  ``float`` (an f32 at run time) or ``int`` (an i32), and the scalar result of an elementwise
+  op whose operands are all weak (``1.0 / scale``, ``-eps``, ``n * 2``). A scalar declared
+  with a dtype (``tc.f32``, ``tc.i32``) is strong, like every tile.
+* Meeting a strong value of dtype D, a weak operand becomes a D: a number must fit (an ``int``
+  meets any number dtype, a ``float`` only float dtypes, a ``bool`` bool or int dtypes); a weak
+  runtime scalar obeys the same kinds (``float`` -> float dtypes only; ``int`` -> any int or
+  float dtype, never bool) and is converted with ``astype``'s semantics: floats round to
+  nearest even (a ``float`` with an f16 tile is rounded to f16; with an f64 tile it widens
+  exactly), ints wrap (an ``int`` with a u8 tile keeps its low 8 bits) and ints convert to
+  floats rounding to nearest even. A weak float meeting an int tile is a DTypeError, as a float
+  literal is. Weakness only relaxes the dtype: shapes broadcast as usual.
+* Weak operands alone: a runtime float wins over ints (a weak ``int`` beside a weak ``float``
+  or a float literal is converted to f32), else the runtime value's dtype; numbers alone
   default to i32 / f32 / bool.
-* Two tiles must have the same dtype; there is no implicit promotion (use ``.astype``).
+* Two strong values must have the same dtype; there is no implicit promotion (use
+  ``.astype``). ``astype`` of a weak scalar is strong; loop-carried and if-merged values are
+  strong (a weak value assigned to a carried variable takes the variable's dtype, as a number
+  does).
 * Shapes broadcast by numpy's rules; the builder inserts explicit ``reshape``/``broadcast`` ops
   so that every elementwise IR op sees operands of one shape.
+
+The conversions are ordinary ``convert`` ops in the IR, so every backend computes them exactly
+as the interpreter does.
 """
 
 from __future__ import annotations
@@ -29,6 +48,18 @@ PyScalar = (bool, int, float)
 
 def is_py_scalar(x: Any) -> bool:
     return isinstance(x, PyScalar) and not isinstance(x, DType)
+
+
+def is_weak(x: Any) -> bool:
+    """Whether ``x`` is weakly typed: a Python number or a weak runtime scalar."""
+    return is_py_scalar(x) or (isinstance(x, Value) and x.weak)
+
+
+def weak_kind_fits(source: DType, target: DType) -> bool:
+    """Whether a weak runtime scalar of ``source`` may become a ``target`` (module docstring)."""
+    if source.is_float:
+        return target.is_float
+    return source.is_int and not target.is_bool
 
 
 def default_dtype(x: Any) -> DType:
@@ -181,29 +212,78 @@ class IRBuilder:
         return axis % rank
 
     def common_dtype(self, xs: Sequence[Any], what: str) -> DType:
-        tiles = [x for x in xs if isinstance(x, Value)]
-        if not tiles:
+        """The dtype ``xs`` meet in (the rules of the module docstring); raises DTypeError."""
+        strong = [x for x in xs if isinstance(x, Value) and not x.weak]
+        weak = [x for x in xs if isinstance(x, Value) and x.weak]
+        if strong:
+            target = strong[0].type.dtype
+            for t in strong[1:]:
+                if t.type.dtype is not target:
+                    raise self.error(
+                        DTypeError,
+                        f"{what}: element types differ ({target.short} and "
+                        f"{t.type.dtype.short})",
+                        f"convert one side explicitly, e.g. x.astype(tc.{target.short}); "
+                        f"tilesafe never promotes element types implicitly")
+        elif weak:
+            floats = [v.type.dtype for v in weak if v.type.dtype.is_float]
+            if floats:
+                target = floats[0]
+            elif any(isinstance(x, float) for x in xs):
+                target = dt.float32
+            else:
+                target = weak[0].type.dtype
+        else:
             kinds = [default_dtype(x) for x in xs]
             if any(d.is_float for d in kinds):
                 return dt.float32
             if any(d.is_int for d in kinds):
                 return dt.int32
             return dt.bool_
-        first = tiles[0].type.dtype
-        for t in tiles[1:]:
-            if t.type.dtype is not first:
-                raise self.error(
-                    DTypeError,
-                    f"{what}: element types differ ({first.short} and {t.type.dtype.short})",
-                    f"convert one side explicitly, e.g. x.astype(tc.{first.short}); tilesafe "
-                    f"never promotes element types implicitly")
         for x in xs:
-            if is_py_scalar(x) and not self._weak_fits(x, first):
+            if is_py_scalar(x) and not self._weak_fits(x, target):
                 raise self.error(
                     DTypeError,
-                    f"{what}: {describe(x)} cannot be combined with a {first.short} tile",
-                    self._weak_hint(x, first))
-        return first
+                    f"{what}: {describe(x)} cannot be combined with a {target.short} tile",
+                    self._weak_hint(x, target))
+            if isinstance(x, Value) and x.weak:
+                self.check_weak(x, target, what)
+        return target
+
+    def check_weak(self, v: Value, target: DType, what: str) -> None:
+        """Raise the DTypeError of a weak scalar that cannot become a ``target``."""
+        if weak_kind_fits(v.type.dtype, target):
+            return
+        kind = "float" if v.type.dtype.is_float else "int"
+        name = f"'{v.name}'" if v.name else "scalar"
+        tc_target = "bool_" if target.is_bool else target.short
+        raise self.error(
+            DTypeError,
+            f"{what}: the runtime {kind} {name} ({v.type.dtype.short}) cannot be combined with "
+            f"a {target.short} tile",
+            f"a runtime {kind} adapts to {'float' if kind == 'float' else 'int and float'} "
+            f"tiles only: convert explicitly, e.g. {v.name or 's'}.astype(tc.{tc_target}) "
+            f"or t.astype(tc.{v.type.dtype.short})")
+
+    def adapt(self, x: Any, dtype: DType, what: str) -> Any:
+        """``x`` as a tile of ``dtype`` when it is weakly typed (a Python number becomes a
+        constant, a weak runtime scalar is converted); anything else is returned unchanged,
+        for the op's own type rule to check."""
+        if is_py_scalar(x):
+            return self.constant(x, dtype)
+        if isinstance(x, Value) and x.weak and isinstance(x.type, TileType) \
+                and x.type.dtype is not dtype:
+            self.check_weak(x, dtype, what)
+            return self.emit1("convert", (x,), {"dtype": dtype})
+        return x
+
+    def weak_result(self, result: Value, operands: Sequence[Any]) -> Value:
+        """Mark ``result`` (an elementwise op's, of its operands' dtype) weak when it is a
+        scalar computed from weakly typed operands only, at least one a runtime value."""
+        if result.type.is_scalar and all(is_weak(x) for x in operands) \
+                and any(isinstance(x, Value) for x in operands):
+            result.weak = True
+        return result
 
     @staticmethod
     def _weak_fits(x: Any, dtype: DType) -> bool:
@@ -242,11 +322,7 @@ class IRBuilder:
                                      "dimension must be equal or 1. Use tc.reshape/tc.broadcast "
                                      "or reduce with keepdims=True")
                 shape = new
-        out = []
-        for x in xs:
-            v = self.constant(x, target) if is_py_scalar(x) else x
-            out.append(self.broadcast_to(v, shape))
-        return out
+        return [self.broadcast_to(self.adapt(x, target, what), shape) for x in xs]
 
     def broadcast_to(self, v: Value, shape: tuple[int, ...]) -> Value:
         """Broadcast ``v`` to ``shape`` by numpy rules (reshape to the rank, then expand)."""

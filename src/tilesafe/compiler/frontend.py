@@ -4,13 +4,16 @@ It resolves names (locals, Const parameters, closure and module globals, the dev
 folds compile-time Python values (ints, floats, bools, tuples, dtypes) and emits IR for
 everything else through the builder, which applies the op registry's type rules. Structured
 control flow: ``for ... in range(...)`` becomes a ``for`` op whose loop-carried values are the
-variables the body reassigns; ``if`` on a runtime bool scalar becomes an ``if`` op, on a
-compile-time value it is resolved statically. Device functions (``@ts.function``) are inlined.
+variables the body reassigns, ``while`` a ``loop`` op, ``break``/``continue`` the ops of those
+names; ``if`` on a runtime bool scalar becomes an ``if`` op, on a compile-time value it is
+resolved statically. Device functions (``@ts.function``) are inlined.
 
 Errors are CompileErrors with the file:line of the offending source and a fix.
 
 This module owns the entry point, :func:`build_ir` (a kernel's parameters -> the IR's, then its
-body), and is where the rest of the package imports the front end from (``SourceFunction``,
+body: a runtime scalar declared with the Python type ``int`` or ``float`` becomes a *weak* value,
+``compiler.builder``; an output whose static shape is ``()`` is a SignatureError), and is where
+the rest of the package imports the front end from (``SourceFunction``,
 ``DeviceFunction``, ``build_ir``). The work is in three modules below it, each importing only
 those before it in this list:
 
@@ -18,8 +21,8 @@ those before it in this list:
   :class:`DeviceFunction` (``@ts.function``);
 * ``compiler.expressions`` — :class:`ExpressionLowering`: name resolution, compile-time
   folding, operators, attributes, calls, inlining;
-* ``compiler.statements`` — :class:`FunctionLowering`: assignments, ``assert``, ``if``, ``for``
-  and loop-carried values.
+* ``compiler.statements`` — :class:`FunctionLowering`: assignments, ``assert``, ``if``, ``for``,
+  ``while``, ``break``/``continue`` and loop-carried values.
 
 Nothing in ``compiler`` imports this module (``pipeline`` and ``kernel`` do).
 """
@@ -28,12 +31,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import SignatureError
 from .builder import IRBuilder
 from .ir import Block, KernelIR, KernelParam, Value
 from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
 from .source import DeviceFunction, SourceFunction
 from .specialize import Specialization
 from .statements import FunctionLowering
+from .types import MappedPartitionType, TensorViewType
 
 __all__ = ["DeviceFunction", "FunctionLowering", "SourceFunction", "build_ir"]
 
@@ -47,6 +52,7 @@ def build_ir(name: str, source: SourceFunction, params: list[Param],
     ir_params: list[KernelParam] = []
     for bound_name, value in spec.bound_names:
         env[bound_name] = value
+    weak = {p.name for p in params if isinstance(p.spec, ScalarSpec) and p.spec.weak}
     for p in params:
         if isinstance(p.spec, ConstSpec):
             env[p.name] = spec.const_env()[p.name]
@@ -56,7 +62,8 @@ def build_ir(name: str, source: SourceFunction, params: list[Param],
                 "scalar" if isinstance(p.spec, ScalarSpec) else
                 "mapped" if isinstance(p.spec, MappedSpec) else
                 "mut_tensor" if isinstance(p.spec, TensorSpec) and p.spec.mutable else "tensor")
-        value = Value(t, p.name)
+        _check_output_rank(name, p, t)
+        value = Value(t, p.name, weak=p.name in weak)
         env[p.name] = value
         ir_params.append(KernelParam(p.name, kind, value))
     body = Block()
@@ -64,4 +71,16 @@ def build_ir(name: str, source: SourceFunction, params: list[Param],
     with builder.inside(body):
         lowering.run_body(source.tree.body, allow_return=False)
     return KernelIR(name, ir_params, body, source.location(source.tree),
-                    unchecked_accesses=unchecked_accesses)
+                    unchecked_accesses=unchecked_accesses, grid=spec.grid)
+
+
+def _check_output_rank(kernel: str, p: Param, t: Any) -> None:
+    """An output's static shape has at least one dimension: a rank-0 sub-tensor (a shape name
+    bound to ``()`` by an example) is a SignatureError at the ``def`` line."""
+    shape = t.tile_shape if isinstance(t, MappedPartitionType) else \
+        t.shape if isinstance(t, TensorViewType) and t.mutable else None
+    if shape == ():
+        raise SignatureError(f"parameter '{p.name}': an output's static shape cannot be () "
+                             "(rank 0)", p.location, kernel=kernel,
+                             hint="declare the output with shape (1,) for a single element "
+                             "(a scalar stores into it as it is)")

@@ -2,8 +2,11 @@
 
 An :class:`Operation` names an op declared in the registry (``compiler.registry``), takes
 operand :class:`Value` s, produces result values, carries compile-time attributes and may own
-nested blocks (the bodies of ``for`` and ``if``). Every value has a static type from
-``compiler.types``. Blocks end implicitly: a ``yield`` op, when present, is their terminator.
+nested blocks (the bodies of ``for``, ``loop`` and ``if``). Every value has a static type from
+``compiler.types``. A region ends with a terminator: ``yield`` (the normal end of a body), or,
+inside a loop (possibly nested in ``if`` regions), ``continue`` or ``break``; an ``if`` whose
+branches all end in ``continue``/``break`` may be followed by an unreachable terminator, since
+only the last op of a block terminates it.
 
 This module holds data and printing only; type rules live in the registry, checks in
 ``compiler.verify``.
@@ -20,18 +23,25 @@ from .types import IRType
 
 
 class Value:
-    """An SSA value: defined once (by an op result, a block argument or a kernel parameter)."""
+    """An SSA value: defined once (by an op result, a block argument or a kernel parameter).
 
-    __slots__ = ("id", "type", "name")
+    ``weak`` marks a runtime scalar whose dtype adapts to the values it meets, as a Python
+    number's does: a kernel parameter declared ``float`` or ``int``, and elementwise results
+    computed from weak values and numbers only. It matters to the front end alone (the builder
+    inserts explicit conversions, see ``compiler.builder``); backends never read it.
+    """
+
+    __slots__ = ("id", "type", "name", "weak")
     _ids = itertools.count()
 
-    def __init__(self, type: IRType, name: str = ""):
+    def __init__(self, type: IRType, name: str = "", weak: bool = False):
         self.id = next(Value._ids)
         self.type = type
         self.name = name
+        self.weak = weak
 
     def __repr__(self) -> str:
-        return f"%{self.name or 'v'}{self.id}: {self.type}"
+        return f"%{self.name or 'v'}{self.id}: {'weak ' if self.weak else ''}{self.type}"
 
 
 @dataclass(eq=False)
@@ -83,6 +93,7 @@ class KernelIR:
     body: Block
     location: Optional[Location]
     unchecked_accesses: bool = False
+    grid: Optional[tuple[int, int, int]] = None  # the launch grid, when compiled in (const_grid)
 
     def walk(self) -> Iterator[Operation]:
         """All operations, nested regions included, in program order."""
@@ -109,6 +120,8 @@ def print_ir(kernel: KernelIR) -> str:
     lines: list[str] = []
     params = ", ".join(f"{p.name}: {p.value!r}" for p in kernel.params)
     flag = " unchecked_accesses" if kernel.unchecked_accesses else ""
+    if kernel.grid is not None:
+        flag += f" grid={list(kernel.grid)}"
     lines.append(f"kernel @{kernel.name}({params}){flag} {{")
     _print_block(kernel.body, lines, 1)
     lines.append("}")

@@ -3,10 +3,17 @@
 
 Forms:
 
-* ``tc.Tensor[dtype, shape]`` — shared, read-only. ``shape`` is a tuple of ints, ``-1`` for a
-  dynamic extent, or names of ``tc.Const`` parameters.
+* ``tc.Tensor[dtype, shape]`` — shared, read-only. ``shape`` is a tuple of extents: an int (a
+  static check), ``-1`` (dynamic) or a name (``"M"``), bound from the argument's shape as a
+  compile-time constant.
 * ``tc.MutTensor[dtype, shape]`` — this program's own sub-tensor; the shape is static: a name
-  bound from the launch's partition (``"S"``), or a tuple of ints and ``tc.Const`` names.
+  bound from the launch's partition (``"S"``: the whole tile shape), or a tuple of ints and
+  names, each name bound from that extent of the partition's tile shape (``(1, "N")``).
+* A name in a shape tuple binds one extent: it is usable in the kernel body like a
+  ``tc.Const`` (``tc.zeros((BM, D), tc.f32)``), each distinct value compiles its own
+  specialization, and every argument naming it must agree. If it is also a ``tc.Const[int]``
+  parameter, a value passed for it is checked against the arguments, and the launch may leave
+  it out (:func:`launch_bound_consts`).
 * ``dtype`` may be a dtype (``tc.f32``) or a name (``"T"``) bound from the argument's dtype.
 * ``tc.Const[int]`` (or ``float``, ``bool``, ``tc.DType``) — a compile-time constant; every
   distinct value compiles its own specialization.
@@ -14,6 +21,8 @@ Forms:
 * ``tc.MappedPartitionMut[dtype, tile_shape, map_shape]`` — several owned output tiles per
   program (persistent kernels).
 * ``tc.Ptr[dtype]`` — a raw pointer: makes the kernel unsafe.
+
+A name has one role in a signature: a dtype name, a whole-shape name or an extent name.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from ..dtypes import DType
 from .._callsite import caller_location
 from ..errors import Location, SignatureError
 
-ShapeEntry = Union[int, str, None]  # int: static extent, str: Const name, None: dynamic
+ShapeEntry = Union[int, str, None]  # int: static extent, str: a bound name, None: dynamic
 
 
 def _dtype_entry(value: Any) -> Union[DType, str]:
@@ -62,6 +71,10 @@ def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], s
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, tuple) or not shape:
+        if mutable and shape == ():
+            raise SignatureError("an output's static shape cannot be () (rank 0)",
+                                 hint="declare the output with shape (1,) for a single element "
+                                 "(a scalar stores into it as it is)")
         raise SignatureError(f"tensor shape must be a non-empty tuple, got {shape!r}",
                              hint="e.g. (-1,) for a 1-D tensor of any length")
     out: list[ShapeEntry] = []
@@ -71,13 +84,13 @@ def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], s
         elif isinstance(d, int) and not isinstance(d, bool) and (d >= 1 or d == -1):
             if d == -1 and mutable:
                 raise SignatureError("a tc.MutTensor's shape is static: -1 is not allowed",
-                                     hint="name the shape (\"S\") so the partition binds it, or "
-                                     "use tc.Const parameters")
+                                     hint="name the shape (\"S\") or its extents ((1, \"N\")) "
+                                     "so the partition binds them")
             out.append(None if d == -1 else d)
         else:
             raise SignatureError(f"bad shape entry {d!r}",
-                                 hint="use a positive int, -1 (dynamic) or the name of a "
-                                 "tc.Const parameter")
+                                 hint="use a positive int, -1 (dynamic) or a name (\"N\") "
+                                 "bound from the argument")
     return tuple(out)
 
 
@@ -99,9 +112,11 @@ class ConstSpec:
 
 @dataclass(frozen=True)
 class ScalarSpec:
-    """A runtime scalar parameter of a fixed dtype."""
+    """A runtime scalar parameter of a fixed dtype; ``weak`` when declared with the Python type
+    ``int`` or ``float`` (it adapts to the tile it meets: ``compiler.builder``)."""
 
     dtype: DType
+    weak: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,9 @@ class Tensor(_TensorAnnotation):
     """``tc.Tensor[dtype, shape]``: a shared, read-only tensor parameter.
 
     Every tile program can read all of it (``load_tile_like``, ``.partition(...).load(...)``);
-    none can store to it. ``-1`` marks a dynamic extent, e.g. ``tc.Tensor[tc.f32, (-1, -1)]``.
+    none can store to it. ``-1`` marks a dynamic extent, e.g. ``tc.Tensor[tc.f32, (-1, -1)]``;
+    a name (``tc.Tensor[tc.f16, ("M", "K")]``) binds that extent of the argument as a
+    compile-time constant, usable in the body like a ``tc.Const``.
     """
 
 
@@ -157,7 +174,9 @@ class MutTensor(_TensorAnnotation):
     """``tc.MutTensor[dtype, shape]``: this tile program's own sub-tensor of a partitioned
     output. It has ``load()`` and ``store(tile)`` and nothing else: no index, so no two
     programs can write the same element. The shape is static: a name bound from the launch's
-    partition (``"S"``) or a tuple of ints and ``tc.Const`` names."""
+    partition (``"S"``) or a tuple of ints and names, each bound from that extent of the
+    partition's tile shape (``(1, "N")``: ``N`` is then usable in the body like a
+    ``tc.Const``)."""
 
     _mutable = True
 
@@ -228,7 +247,7 @@ def _spec_of(annotation: Any) -> ParamSpec:
         raise SignatureError(f"{annotation.__name__} needs a dtype and a shape",
                              hint=f"e.g. tc.{annotation.__name__}[tc.f32, (-1,)]")
     if annotation in (int, float, bool) or isinstance(annotation, DType):
-        return ScalarSpec(dt.as_dtype(annotation))
+        return ScalarSpec(dt.as_dtype(annotation), weak=annotation in (int, float))
     if annotation is inspect.Parameter.empty:
         raise SignatureError("parameter has no annotation",
                              hint="annotate it: tc.Tensor[...], tc.MutTensor[...], "
@@ -292,15 +311,63 @@ def parse_signature(fn: Any) -> list[Param]:
             raise SignatureError(f"parameter '{p.name}': {err.message}", where, kernel=kernel,
                                  hint=err.hint) from None
         params.append(Param(p.name, spec, where))
-    names = {p.name for p in params}
-    consts = {p.name for p in params if isinstance(p.spec, ConstSpec)}
-    for p in params:
-        shapes = (p.spec.shape,) if isinstance(p.spec, TensorSpec) else \
-            (p.spec.tile_shape, p.spec.map_shape) if isinstance(p.spec, MappedSpec) else ()
-        for d in (d for shape in shapes if isinstance(shape, tuple) for d in shape):
-            if isinstance(d, str) and d not in consts:
-                raise SignatureError(
-                    f"parameter '{p.name}': shape entry {d!r} is not a tc.Const parameter",
-                    where, kernel=kernel, hint=f"add a parameter '{d}: tc.Const[int]'"
-                    if d not in names else f"declare '{d}' as tc.Const[int]")
+    _check_names(params, where, kernel)
     return params
+
+
+def annotation_names(spec: ParamSpec):
+    """``(role, name)`` for every name a parameter's annotation binds: ``"dtype"`` (a dtype
+    name), ``"shape"`` (a whole shape, ``"S"``) or ``"extent"`` (one entry of a shape
+    tuple)."""
+    if isinstance(getattr(spec, "dtype", None), str):
+        yield "dtype", spec.dtype
+    shapes = (spec.shape,) if isinstance(spec, TensorSpec) else \
+        (spec.tile_shape, spec.map_shape) if isinstance(spec, MappedSpec) else ()
+    for shape in shapes:
+        if isinstance(shape, str):
+            yield "shape", shape
+        else:
+            yield from (("extent", d) for d in shape if isinstance(d, str))
+
+
+def launch_bound_consts(params: list[Param]) -> frozenset:
+    """The ``tc.Const`` parameters a launch may leave out: those a shape tuple names (an
+    output's tile shape, a mapped partition's shapes, an input's extents), whose value the
+    launch's arguments determine. ``compiler.specialize`` binds them from the arguments (an
+    argument described as ``ArgInfo("unbound")``) and checks a value that is passed."""
+    consts = {p.name for p in params if isinstance(p.spec, ConstSpec)}
+    return frozenset(name for p in params for role, name in annotation_names(p.spec)
+                     if role == "extent" and name in consts)
+
+
+_ROLES = {"dtype": "a dtype name", "shape": "a whole-shape name", "extent": "an extent name"}
+
+
+def _check_names(params: list[Param], where: Location, kernel: str) -> None:
+    """Each name has one role; an extent name may be a ``tc.Const[int]`` parameter but no
+    other parameter; a whole-shape or dtype name is no parameter."""
+    by_name = {p.name: p for p in params}
+    seen: dict[str, tuple[str, str]] = {}
+    for p in params:
+        for role, name in annotation_names(p.spec):
+            other = by_name.get(name)
+            if role == "extent" and other is not None and not (
+                    isinstance(other.spec, ConstSpec) and other.spec.type in (int, None)):
+                wrong = "tc.Const parameter" if not isinstance(other.spec, ConstSpec) else \
+                    f"tc.Const[int] parameter (it is tc.Const[{other.spec.type.__name__}])"
+                raise SignatureError(f"parameter '{p.name}': shape entry {name!r} is not a "
+                                     f"{wrong}", where, kernel=kernel,
+                                     hint=f"declare '{name}' as tc.Const[int], or give the "
+                                     "extent another name (bound from the argument)")
+            if role != "extent" and other is not None:
+                raise SignatureError(f"parameter '{p.name}': {_ROLES[role]} {name!r} is also a "
+                                     "parameter of the kernel", where, kernel=kernel,
+                                     hint=f"rename it; a shape tuple (('{name}',)) binds one "
+                                     "extent, and may name a tc.Const[int]" if role == "shape"
+                                     else "rename it (it is bound from the argument's dtype)")
+            first = seen.setdefault(name, (role, p.name))
+            if first[0] != role:
+                raise SignatureError(f"{name!r} is {_ROLES[first[0]]} in parameter "
+                                     f"'{first[1]}' and {_ROLES[role]} in parameter '{p.name}'",
+                                     where, kernel=kernel,
+                                     hint="give each role its own name")

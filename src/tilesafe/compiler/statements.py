@@ -6,10 +6,23 @@ function): it adds the ``stmt_*`` forms to :class:`ExpressionLowering` (``compil
 Assignments bind names in the local environment (tuples unpack; indexed assignment is an error);
 ``assert`` checks compile-time conditions; ``if`` on a compile-time value is resolved
 statically, on a runtime scalar it becomes an ``if`` op whose results are the variables the
-branches bind differently; ``for ... in range(...)`` (and ``z.iter_indices()``) becomes a
-``for`` op whose loop-carried values are the variables the body reassigns, while a loop over a
-compile-time tuple is unrolled. Names bound in only one branch, or only inside a loop, go out of
-scope (``_Undefined``). A ``return`` may only end a device function's body.
+branches bind differently. Loops:
+
+* ``for ... in range(lb, ub, step)`` (and ``z.iter_indices()``) becomes a ``for`` op whose
+  loop-carried values are the variables the body reassigns. The step is a positive
+  compile-time int or a runtime integer scalar (a runtime step <= 0: ``compiler.ops.control``);
+* ``while cond:`` becomes a ``loop`` op whose body first tests ``cond`` (on the carried values)
+  and breaks when it is false; ``while True:`` (any compile-time true condition) needs a
+  ``break`` in its body, ``while False:`` compiles to nothing;
+* ``break``/``continue`` end the innermost loop's body, also from inside runtime ``if``s: they
+  become ``break``/``continue`` ops passing the carried variables' current values. What follows
+  them in their block is dead and is not compiled; an ``if`` branch that leaves the loop does not
+  take part in the merge (the names the other branch binds are defined after the ``if``);
+* a loop over a compile-time tuple is unrolled; there, ``break``/``continue`` may only stand
+  under compile-time conditions (they end the unrolling or the item).
+
+Names bound in only one branch, or only inside a loop, go out of scope (``_Undefined``). A
+``return`` may only end a device function's body.
 
 Imports: ``errors``, the compiler's builder, IR, registry and ops, and ``compiler.expressions``;
 never ``compiler.frontend`` (it imports this module).
@@ -18,9 +31,10 @@ never ``compiler.frontend`` (it imports this module).
 from __future__ import annotations
 
 import ast
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
-from ..errors import CompileError, UnsupportedSyntaxError
+from ..errors import CompileError, DTypeError, UnsupportedSyntaxError
 from . import registry
 from .builder import describe, is_py_scalar
 from .expressions import _AST_BINOPS, ExpressionLowering, _receiver_kind, _Undefined
@@ -52,8 +66,40 @@ def _assigned_names(stmts: list[ast.stmt]) -> list[str]:
     return list(seen)
 
 
+def _leaves(stmts: list[ast.stmt], kind: type) -> bool:
+    """Whether ``stmts`` hold a ``kind`` (ast.Break, ast.Continue) of their own loop, i.e. one
+    not inside a nested loop."""
+    for stmt in stmts:
+        if isinstance(stmt, kind):
+            return True
+        if isinstance(stmt, ast.If) and (_leaves(stmt.body, kind) or _leaves(stmt.orelse, kind)):
+            return True
+    return False
+
+
+@dataclass
+class _LoopFrame:
+    """A loop being lowered. ``kind``: "for" and "while" (IR loops; ``names`` and ``types`` are
+    the carried variables, ``entry`` the body's block arguments for them) or "unrolled" (a
+    compile-time tuple; ``depth`` is the runtime-if nesting where it started, ``static_exit``
+    the break/continue met at compile time)."""
+
+    kind: str
+    names: list[str] = field(default_factory=list)
+    types: list[Any] = field(default_factory=list)
+    entry: list[Value] = field(default_factory=list)
+    depth: int = 0
+    static_exit: Optional[str] = None
+
+
 class FunctionLowering(ExpressionLowering):
     """Lowers the body of one function (kernel or inlined device function) into the builder."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.frames: list[_LoopFrame] = []  # the enclosing loops, innermost last
+        self.exited = False  # the current block has reached a break/continue
+        self.if_depth = 0  # runtime-if regions being lowered
 
     # -- statements -----------------------------------------------------------------------
     def run_body(self, stmts: list[ast.stmt], *, allow_return: bool) -> Any:
@@ -75,7 +121,10 @@ class FunctionLowering(ExpressionLowering):
         return None
 
     def block(self, stmts: list[ast.stmt]) -> None:
+        """Lower a nested statement list; after a break/continue the rest is dead."""
         for stmt in stmts:
+            if self.exited:
+                return
             if isinstance(stmt, ast.Return):
                 raise self.error(UnsupportedSyntaxError, stmt,
                                  "'return' inside a loop or branch is not supported",
@@ -158,15 +207,58 @@ class FunctionLowering(ExpressionLowering):
             return
         cond = self.condition(cond, node.test)
         before = dict(self.env)
-        then_block, else_block = Block(), Block()
-        with self.b.inside(then_block):
-            self.block(node.body)
-        then_env, self.env = self.env, dict(before)
-        with self.b.inside(else_block):
-            self.block(node.orelse)
-        else_env = self.env
-        merged_names, then_vals, else_vals = [], [], []
-        self.env = dict(before)
+        branches = []  # (block, env after it, whether it left the loop)
+        for stmts in (node.body, node.orelse):
+            self.env, self.exited, block = dict(before), False, Block()
+            self.if_depth += 1
+            try:
+                with self.b.inside(block):
+                    self.block(stmts)
+            finally:
+                self.if_depth -= 1
+            branches.append((block, self.env, self.exited))
+        self.env, self.exited = dict(before), False
+        (then_block, then_env, then_left), (else_block, else_env, else_left) = branches
+        if then_left and else_left:
+            self.b.emit("if", (cond,), {"result_types": ()}, regions=(then_block, else_block))
+            self.b.emit("continue", self.frames[-1].entry)  # unreachable: ends the block
+            self.exited = True
+            return
+        if then_left or else_left:
+            block, env = (else_block, else_env) if then_left else (then_block, then_env)
+            names, values = self.one_branch(env, before)
+            with self.b.inside(block):
+                self.b.emit("yield", values)
+        else:
+            names, values, else_values = self.merge_branches(then_env, else_env, then_block,
+                                                             else_block, node)
+            with self.b.inside(then_block):
+                self.b.emit("yield", values)
+            with self.b.inside(else_block):
+                self.b.emit("yield", else_values)
+        results = self.b.emit("if", (cond,), {"result_types": tuple(v.type for v in values)},
+                              regions=(then_block, else_block))
+        for name, value in zip(names, results):
+            self.env[name] = value
+
+    def one_branch(self, env: dict, before: dict) -> tuple[list[str], list[Value]]:
+        """The names an if binds when only one branch falls through (the other left the loop):
+        its values; those the branch computed are yielded (returned), the rest bound here."""
+        names, values = [], []
+        for name, value in env.items():
+            if before.get(name, _MISSING) is value:
+                continue
+            if isinstance(value, Value):
+                names.append(name)
+                values.append(value)
+            else:
+                self.env[name] = value
+        return names, values
+
+    def merge_branches(self, then_env, else_env, then_block, else_block, node):
+        """The names both branches of an if bind differently: (names, then values, else
+        values); names bound in one branch only go out of scope."""
+        names, then_values, else_values = [], [], []
         for name in dict.fromkeys(list(then_env) + list(else_env)):
             tv, ev = then_env.get(name, _MISSING), else_env.get(name, _MISSING)
             if tv is ev:
@@ -182,23 +274,20 @@ class FunctionLowering(ExpressionLowering):
                 self.env[name] = tv
                 continue
             tv, ev = self.merge_pair(name, tv, ev, then_block, else_block, node)
-            merged_names.append(name)
-            then_vals.append(tv)
-            else_vals.append(ev)
-        with self.b.inside(then_block):
-            self.b.emit("yield", then_vals)
-        with self.b.inside(else_block):
-            self.b.emit("yield", else_vals)
-        results = self.b.emit("if", (cond,), {"result_types": tuple(v.type for v in then_vals)},
-                              regions=(then_block, else_block))
-        for name, value in zip(merged_names, results):
-            self.env[name] = value
+            names.append(name)
+            then_values.append(tv)
+            else_values.append(ev)
+        return names, then_values, else_values
 
     def merge_pair(self, name, tv, ev, then_block, else_block, node):
-        """Make the two branch values of ``name`` tiles of one type."""
+        """Make the two branch values of ``name`` tiles of one type (numbers and weak scalars
+        take the other branch's dtype, as in arithmetic)."""
         def materialize(v, other, block):
             if isinstance(v, Value):
-                return v
+                if not (v.weak and isinstance(other, Value) and not other.weak):
+                    return v
+                with self.b.inside(block):
+                    return self.b.adapt(v, other.type.dtype, f"'{name}'")
             if not is_py_scalar(v):
                 raise self.error(CompileError, node, f"'{name}' holds a {describe(v)} in one "
                                  "branch; only tiles and scalars can differ between branches")
@@ -213,11 +302,11 @@ class FunctionLowering(ExpressionLowering):
                              "give the variable the same shape and dtype in both branches")
         return tv, ev
 
+    # -- loops ----------------------------------------------------------------------------
     def stmt_For(self, node: ast.For) -> None:
         if node.orelse:
             raise self.error(UnsupportedSyntaxError, node, "for ... else is not supported",
-                             "loops always run to the end here; put the else code after the "
-                             "loop")
+                             "set a flag before 'break' and test it after the loop")
         iterable = node.iter
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
                 and self.lookup(iterable.func.id, iterable.func) is range:
@@ -228,41 +317,58 @@ class FunctionLowering(ExpressionLowering):
             self.emit_loop(node, *seq.loop(self.b))
             return
         if isinstance(seq, tuple):  # compile-time sequence: unrolled
-            for item in seq:
-                self.assign(node.target, item, node)
-                self.block(node.body)
+            self.unrolled_loop(node, seq)
             return
         raise self.error(UnsupportedSyntaxError, node, "only 'for i in range(...)' loops (or "
                          "loops over compile-time tuples) are supported")
+
+    def unrolled_loop(self, node: ast.For, seq: tuple) -> None:
+        frame = _LoopFrame("unrolled", depth=self.if_depth)
+        self.frames.append(frame)
+        try:
+            for item in seq:
+                self.assign(node.target, item, node)
+                self.block(node.body)
+                self.exited = False
+                if frame.static_exit == "break":
+                    break
+                frame.static_exit = None
+        finally:
+            self.frames.pop()
 
     def range_loop(self, node: ast.For, bounds: list[Any]) -> None:
         if not 1 <= len(bounds) <= 3:
             raise self.error(CompileError, node, "range() takes 1 to 3 arguments")
         lb, ub, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
-        if isinstance(step, Value) or not isinstance(step, int) or step <= 0:
-            raise self.error(CompileError, node, f"the range step must be a positive "
-                             f"compile-time integer, got {describe(step)}",
-                             "loops count upward; compute descending indices from the loop "
-                             "variable if needed")
-        for v in (lb, ub):
+        for v in (lb, ub, step):
             if not (isinstance(v, Value) or (isinstance(v, int) and not isinstance(v, bool))):
-                raise self.error(CompileError, node, f"range bounds must be integers, got "
-                                 f"{describe(v)}")
+                raise self.error(CompileError, node, f"range bounds and steps must be integers, "
+                                 f"got {describe(v)}", "pass ints, tc.Const[int] or int "
+                                 "parameters, or integer scalars (n.astype(tc.i32))")
+        runtime_step = isinstance(step, Value)
+        if runtime_step:
+            if not (isinstance(step.type, TileType) and step.type.is_scalar
+                    and step.type.dtype.is_int):
+                raise self.error(DTypeError, node, f"the range step must be an integer scalar, "
+                                 f"got a {step.type}", "pass an int parameter or an integer "
+                                 "scalar (convert with .astype(tc.i32)); it must be positive "
+                                 "when the loop runs")
+        elif step <= 0:
+            raise self.error(CompileError, node, f"the range step must be positive, got {step}",
+                             "loops count upward; compute descending indices from the loop "
+                             "variable, e.g. 'for k in range(n): i = n - 1 - k'")
         lbv, ubv, stepv = self.b.coerce([lb, ub, step], "range bounds")
-        self.emit_loop(node, lbv, ubv, stepv, lambda iv: iv)
+        self.emit_loop(node, lbv, ubv, stepv, lambda iv: iv,
+                       {"runtime_step": True} if runtime_step else {"step": step})
 
-    def emit_loop(self, node: ast.For, lbv: Value, ubv: Value, stepv: Value,
-                  bind: Any) -> None:
-        """A ``for`` op over ``[lb, ub)`` by ``step``; ``bind(iv)`` is the loop variable's
-        value. Variables the body reassigns are carried; names first bound inside the body
-        (and the loop variable) are not visible after it."""
-        if not isinstance(node.target, ast.Name):
-            raise self.error(UnsupportedSyntaxError, node, "the loop variable must be a name")
-        name = node.target.id
-        carried = [n for n in _assigned_names(node.body)
-                   if n != name and n in self.env and not isinstance(self.env[n], _Undefined)]
+    def loop_inits(self, node: ast.AST, body: list[ast.stmt],
+                   exclude: Optional[str]) -> tuple[list[str], list[Value]]:
+        """The variables a loop carries (those its body reassigns that are defined before it)
+        and their initial tiles (numbers become scalars of their default dtype)."""
+        names = [n for n in _assigned_names(body)
+                 if n != exclude and n in self.env and not isinstance(self.env[n], _Undefined)]
         inits = []
-        for n in carried:
+        for n in names:
             v = self.env[n]
             if is_py_scalar(v):
                 v = self.b.tile(v)
@@ -270,36 +376,133 @@ class FunctionLowering(ExpressionLowering):
                 raise self.error(CompileError, node, f"'{n}' is reassigned in the loop but holds "
                                  f"a {describe(v)}", "only tiles and scalars can be loop-carried")
             inits.append(v)
+        return names, inits
+
+    def carried_now(self, frame: _LoopFrame, node: ast.AST) -> list[Value]:
+        """The current values of ``frame``'s carried variables, of their loop-carried types
+        (numbers and weak scalars adapt)."""
+        values = []
+        for n, t in zip(frame.names, frame.types):
+            v = self.env.get(n)
+            if is_py_scalar(v) or (isinstance(v, Value) and v.weak):
+                v = self.b.adapt(v, t.dtype, f"loop-carried variable '{n}'")
+            if not isinstance(v, Value) or v.type != t:
+                got = v.type if isinstance(v, Value) else describe(v)
+                raise self.error(CompileError, node, f"loop-carried variable '{n}' changes "
+                                 f"from {t} to {got} in the loop body",
+                                 f"initialize '{n}' before the loop with the type it has "
+                                 f"after each iteration (e.g. tc.zeros(shape, dtype))")
+            values.append(v)
+        return values
+
+    def loop_body(self, node: ast.AST, frame: _LoopFrame, body: Block,
+                  test: Optional[ast.expr] = None) -> bool:
+        """Lower ``node.body`` into ``body`` (its block arguments already bound), ending it
+        with the next carried values. ``test``: a while loop's condition, checked first; a
+        compile-time false one returns False (the loop never runs; nothing is emitted)."""
+        self.frames.append(frame)
+        try:
+            with self.b.inside(body):
+                if test is not None and not self.loop_test(test, frame, node):
+                    return False
+                self.exited = False
+                self.block(node.body)
+                if not self.exited:
+                    self.b.emit("yield", self.carried_now(frame, node))
+                self.exited = False
+        finally:
+            self.frames.pop()
+        return True
+
+    def loop_test(self, test: ast.expr, frame: _LoopFrame, node: ast.While) -> bool:
+        """Emit a while loop's ``if cond: (go on) else: break``; False if the condition is
+        compile-time false."""
+        cond = self.expr(test)
+        if not isinstance(cond, Value):
+            if cond and not _leaves(node.body, ast.Break):
+                raise self.error(CompileError, node, f"'while {ast.unparse(test)}' never ends: "
+                                 "its condition is a compile-time truth and its body has no "
+                                 "break", "add a break (under an if on a runtime condition), "
+                                 "or loop over range(n)")
+            return bool(cond)
+        cond = self.condition(cond, test)
+        stay, leave = Block(), Block()
+        with self.b.inside(stay):
+            self.b.emit("yield", ())
+        with self.b.inside(leave):
+            self.b.emit("break", frame.entry)
+        self.b.emit("if", (cond,), {"result_types": ()}, regions=(stay, leave))
+        return True
+
+    def emit_loop(self, node: ast.For, lbv: Value, ubv: Value, stepv: Value,
+                  bind: Any, attrs: Optional[dict] = None) -> None:
+        """A ``for`` op over ``[lb, ub)`` by ``step``; ``bind(iv)`` is the loop variable's
+        value. Variables the body reassigns are carried; names first bound inside the body
+        (and the loop variable) are not visible after it."""
+        if not isinstance(node.target, ast.Name):
+            raise self.error(UnsupportedSyntaxError, node, "the loop variable must be a name")
+        name = node.target.id
+        names, inits = self.loop_inits(node, node.body, exclude=name)
         body = Block(args=[Value(lbv.type, name)] + [Value(v.type, n) for n, v in
-                                                      zip(carried, inits)])
+                                                      zip(names, inits)])
+        frame = _LoopFrame("for", names, [v.type for v in inits], body.args[1:])
         before = dict(self.env)
-        for n, arg in zip(carried, body.args[1:]):
-            self.env[n] = arg
+        self.env.update(zip(names, body.args[1:]))
         with self.b.inside(body):
             self.env[name] = bind(body.args[0])
-            self.block(node.body)
-            nexts = []
-            for n, init in zip(carried, inits):
-                v = self.env.get(n)
-                if is_py_scalar(v):
-                    v = self.b.constant(v, init.type.dtype)
-                if not isinstance(v, Value) or v.type != init.type:
-                    got = v.type if isinstance(v, Value) else describe(v)
-                    raise self.error(CompileError, node, f"loop-carried variable '{n}' changes "
-                                     f"from {init.type} to {got} in the loop body",
-                                     f"initialize '{n}' before the loop with the type it has "
-                                     f"after each iteration (e.g. tc.zeros(shape, dtype))")
-                nexts.append(v)
-            self.b.emit("yield", nexts)
-        body_env = self.env
-        self.env = before
-        results = self.b.emit("for", (lbv, ubv, stepv, *inits), regions=(body,))
-        for n, r in zip(carried, results):
+        self.loop_body(node, frame, body)
+        results = self.b.emit("for", (lbv, ubv, stepv, *inits), attrs, regions=(body,))
+        self.after_loop(node, before, names, results, name)
+
+    def stmt_While(self, node: ast.While) -> None:
+        if node.orelse:
+            raise self.error(UnsupportedSyntaxError, node, "while ... else is not supported",
+                             "set a flag before 'break' and test it after the loop")
+        names, inits = self.loop_inits(node, node.body, exclude=None)
+        body = Block(args=[Value(v.type, n) for n, v in zip(names, inits)])
+        frame = _LoopFrame("while", names, [v.type for v in inits], body.args)
+        before = dict(self.env)
+        self.env.update(zip(names, body.args))
+        if not self.loop_body(node, frame, body, test=node.test):
+            self.env = before
+            return
+        results = self.b.emit("loop", inits, regions=(body,))
+        self.after_loop(node, before, names, results, None)
+
+    def after_loop(self, node: ast.AST, before: dict, names: list[str], results,
+                   loop_var: Optional[str]) -> None:
+        """Bind the carried variables to the loop's results; names first bound inside the
+        body (and the loop variable) go out of scope."""
+        body_env, self.env = self.env, before
+        for n, r in zip(names, results):
             self.env[n] = r
         for n in body_env:
-            if n not in before or n == name:
+            if n not in before or n == loop_var:
                 self.env[n] = _Undefined(f"'{n}' is only defined inside the loop at line "
                                          f"{node.lineno}")
+
+    def stmt_Break(self, node: ast.Break) -> None:
+        self.leave_loop("break", node)
+
+    def stmt_Continue(self, node: ast.Continue) -> None:
+        self.leave_loop("continue", node)
+
+    def leave_loop(self, kind: str, node: ast.stmt) -> None:
+        if not self.frames:
+            raise self.error(UnsupportedSyntaxError, node, f"'{kind}' outside a loop",
+                             "break and continue end a loop of the same function")
+        frame = self.frames[-1]
+        if frame.kind == "unrolled":
+            if self.if_depth > frame.depth:
+                raise self.error(UnsupportedSyntaxError, node, f"'{kind}' under a runtime "
+                                 "condition in a loop over a compile-time tuple",
+                                 "such loops are unrolled, so only compile-time conditions "
+                                 "(tc.Const values) can end them early; loop with range() "
+                                 "instead, or mask with tc.where")
+            frame.static_exit = kind
+        else:
+            self.b.emit(kind, self.carried_now(frame, node))
+        self.exited = True
 
 
 _MISSING = object()
@@ -310,9 +513,6 @@ def _same_const(a: Any, b: Any) -> bool:
 
 
 _STATEMENT_HINTS = {
-    "While": "use 'for i in range(n)' with a compile-time or scalar bound",
-    "Break": "loops run their full range; use tc.where to mask iterations",
-    "Continue": "loops run their full range; use tc.where to mask iterations",
     "With": "kernels have no context managers",
     "Try": "kernels cannot raise or catch exceptions",
     "Raise": "kernels cannot raise exceptions",

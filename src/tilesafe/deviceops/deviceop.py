@@ -71,6 +71,14 @@ class DeviceOp(OpCore, Generic[T]):
         """What the op does, for messages (subclasses may build it only when asked)."""
         return self._label or type(self).__name__
 
+    def __getattr__(self, name: str) -> Any:
+        # only for names the op does not have: say what a DeviceOp is, not just that it lacks
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}': "
+                             f"{self.label} is device work not run yet; call .sync() (or "
+                             "await it) and use its result")
+
     # -- driving ----------------------------------------------------------------------------
     def _execute(self, stream: Stream) -> T:
         """Run on ``stream`` (once); composed ops call this on their parts."""

@@ -148,10 +148,11 @@ class CudaGraph:
         nodes = op.graph_nodes()
         if nodes is None:
             raise DeviceOpError(f"{where}: {op.label} cannot be recorded into a graph: it "
-                                "allocates memory (or decides its next step only when it runs), "
-                                "so a replay could depend on an address that changes\n  fix: "
-                                "create tensors before the scope and record only kernel launches "
-                                "and copies into existing tensors")
+                                "allocates memory, takes arguments still to be produced, or "
+                                "decides its next step only when it runs, so a replay could "
+                                "depend on an address that changes\n  fix: create tensors "
+                                "before the scope (call .sync() on constructor ops) and record "
+                                "only kernel launches and copies into existing tensors")
         op._consume("recorded into a graph")
         self.nodes.extend(nodes)
 

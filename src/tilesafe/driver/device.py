@@ -6,7 +6,7 @@ The GPU is probed once, lazily, and every failure is caught and turned into a re
 Whether kernels can be *compiled* for a device kind is the business of its backend: a backend
 registers a kernel probe here (:func:`register_kernel_probe`), which the default-device choice
 and ``tilesafe info`` consult. This module owns the only process-wide device state; it imports
-nothing of tilesafe.
+only ``errors``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import functools
 import os
 from dataclasses import dataclass
 from typing import Callable
+
+from ..errors import DeviceError
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,12 @@ def as_device(device: "Device | str | None") -> Device:
         name = device if ":" in device else "cuda:0"
         probe = probe_gpu()
         if name not in probe.devices:
-            raise ValueError(f"device {name!r} is not available: {probe.reason}")
+            raise DeviceError(f"device {name!r} is not available: {probe.reason}\n  fix: "
+                              f"use one of {', '.join(['cpu', *probe.devices])}" +
+                              (" (TILESAFE_DEVICE names the default device)"
+                               if os.environ.get("TILESAFE_DEVICE") else ""))
         return _cuda_device(int(name.partition(":")[2]))
-    raise ValueError(f"unknown device {device!r}; use 'cpu' or 'cuda:N'")
+    raise DeviceError(f"unknown device {device!r}\n  fix: use 'cpu' or 'cuda:N'")
 
 
 def default_device() -> Device:

@@ -221,11 +221,12 @@ run_prepared(PyObject *kernel, PyObject *prepared, PyObject *stream, PyObject *t
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
     }
-    if (err != NULL && ok && recovered == 0) {
+    if (err != NULL && ok && recovered == 0) {  /* what launch.checks.recover hands back */
         Py_DECREF(err);
-        PyObject *args = FIELD(prepared, PREP_ARGS);
-        Py_INCREF(args);
-        return args;
+        PyObject *plan = FIELD(prepared, PREP_PLAN);  /* no plan: the arguments, as given */
+        PyObject *result = plan != Py_None ? FIELD(plan, PLAN_RESULT) : FIELD(prepared, PREP_ARGS);
+        Py_INCREF(result);
+        return result;
     }
     if (err != NULL && !PyErr_Occurred()) {  /* the driver refused: a CudaError */
         int programmatic = PyObject_IsTrue(PyTuple_GET_ITEM(driver, DRIVER_PROGRAMMATIC));

@@ -11,15 +11,15 @@ static PyObject *
 plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"args", "epoch", "specialization", "grid", "device", "borrows",
-                            "borrowed_partitions", NULL};
-    PyObject *v[7];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO:LaunchPlan", names, &v[0], &v[1],
-                                     &v[2], &v[3], &v[4], &v[5], &v[6]))
+                            "borrowed_partitions", "result", NULL};
+    PyObject *v[8];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOO:LaunchPlan", names, &v[0], &v[1],
+                                     &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]))
         return NULL;
     PyObject *self = type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)  /* PLAN_ARGS .. PLAN_RESULT */
         field_set(&FIELD(self, i), v[i]);
     PyObject *none_pair = PyTuple_Pack(2, Py_None, s_empty_tuple);
     if (none_pair == NULL) {
@@ -76,7 +76,7 @@ static PyMemberDef plan_members[] = {
     FIELDS_MEMBER("args", PLAN_ARGS), FIELDS_MEMBER("epoch", PLAN_EPOCH),
     FIELDS_MEMBER("specialization", PLAN_SPEC), FIELDS_MEMBER("grid", PLAN_GRID),
     FIELDS_MEMBER("device", PLAN_DEVICE), FIELDS_MEMBER("borrows", PLAN_BORROWS),
-    FIELDS_MEMBER("borrowed_partitions", PLAN_BORROWED),
+    FIELDS_MEMBER("borrowed_partitions", PLAN_BORROWED), FIELDS_MEMBER("result", PLAN_RESULT),
     FIELDS_MEMBER("stream_loans", PLAN_STREAM_LOANS),
     {NULL, 0, 0, 0, NULL},
 };

@@ -19,6 +19,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device, as_device
 from ..driver.ledger import LEDGER
 from ..errors import ArgumentError, Location
+from .lazy import TensorOp
 
 
 def clone(source: Any, device: "Device | str | None" = None) -> DeviceOp:
@@ -28,13 +29,18 @@ def clone(source: Any, device: "Device | str | None" = None) -> DeviceOp:
 
     def run(stream) -> Any:
         return type(source).from_values(source.numpy(), source.dtype, target)
-    return DeviceOp(run, f"clone({source.shape}, to={target})", target)
+    return TensorOp(run, f"clone({source.shape}, to={target})", target, source.shape,
+                    source.dtype)
 
 
 def copy_into(destination: Any, source: Any) -> DeviceOp:
     """Copy ``source`` into ``destination`` (same shape and dtype); the op yields
     ``destination``."""
     where = caller_location()
+    if isinstance(source, DeviceOp):
+        raise ArgumentError(f"copy_ needs a tensor as its source, got {source.label}, a DeviceOp "
+                            "not run yet", where, hint="call .sync() first: "
+                            "t.copy_(op.sync())")
     if not isinstance(source, type(destination)):
         raise ArgumentError("copy_ needs a tilesafe Tensor as its source", where)
     if source.shape != destination.shape or source.dtype is not destination.dtype:

@@ -7,25 +7,27 @@ name in ``tilesafe/__init__.py``).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device, as_device
 from ..dtypes import DType
 from ..shapes import normalize_shape
+from .lazy import TensorOp
 from .tensor import Tensor
 
 Shape = "int | Sequence[int]"
 DeviceLike = "Device | str | None"
 
 
-def _lazy(label: str, dtype: Any, device: DeviceLike, make_values) -> DeviceOp[Tensor]:
+def _lazy(label: str, dtype: Any, device: DeviceLike, shape: Sequence[int],
+          make_values) -> TensorOp:
     dtype, dev = dt.as_dtype(dtype), as_device(device)
-    return DeviceOp(lambda stream: Tensor.from_values(make_values(dtype), dtype, dev), label,
-                    dev)
+    return TensorOp(lambda stream: Tensor.from_values(make_values(dtype), dtype, dev), label,
+                    dev, shape, dtype)
 
 
 def _wide(dtype: DType):
@@ -33,73 +35,78 @@ def _wide(dtype: DType):
 
 
 def full(shape: Shape, value: Any, dtype: Any = dt.float32,
-         device: DeviceLike = None) -> DeviceOp[Tensor]:
+         device: DeviceLike = None) -> TensorOp:
     """A tensor of ``shape`` filled with ``value`` (lazy: returns a DeviceOp)."""
     dims, target = normalize_shape(shape), dt.as_dtype(dtype)
     if not (target.fits(value) or (target.is_float and isinstance(value, (int, float)))):
         raise ValueError(f"fill value {value!r} does not fit {target.name}")
-    return _lazy(f"full({dims}, {value!r}, {target.short})", target, device,
+    return _lazy(f"full({dims}, {value!r}, {target.short})", target, device, dims,
                  lambda d: np.full(dims, value, dtype=_wide(d)))
 
 
-def zeros(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+def zeros(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> TensorOp:
     """A tensor of zeros (lazy)."""
     return full(shape, False if dt.as_dtype(dtype).is_bool else 0, dtype, device)
 
 
-def ones(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+def ones(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> TensorOp:
     """A tensor of ones (lazy)."""
     return full(shape, True if dt.as_dtype(dtype).is_bool else 1, dtype, device)
 
 
-def empty(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+def empty(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> TensorOp:
     """A tensor whose contents are unspecified (lazy); on the cpu device it is zero-filled."""
     return zeros(shape, dtype, device)
 
 
 def arange(start: float, stop: Optional[float] = None, step: float = 1,
-           dtype: Any = dt.float32, device: DeviceLike = None) -> DeviceOp[Tensor]:
+           dtype: Any = dt.float32, device: DeviceLike = None) -> TensorOp:
     """``[start, start+step, ...)`` up to ``stop``, like ``numpy.arange`` (lazy)."""
     if stop is None:
         start, stop = 0, start
-    return _lazy(f"arange({start}, {stop}, {step})", dtype, device,
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    length = max(0, math.ceil((stop - start) / step))
+    return _lazy(f"arange({start}, {stop}, {step})", dtype, device, (length,),
                  lambda d: np.arange(start, stop, step, dtype=_wide(d)))
 
 
 def linspace(start: float, stop: float, num: int, dtype: Any = dt.float32,
-             device: DeviceLike = None) -> DeviceOp[Tensor]:
+             device: DeviceLike = None) -> TensorOp:
     """``num`` evenly spaced values from ``start`` to ``stop`` inclusive (lazy)."""
-    return _lazy(f"linspace({start}, {stop}, {num})", dtype, device,
+    return _lazy(f"linspace({start}, {stop}, {num})", dtype, device, (num,),
                  lambda d: np.linspace(start, stop, num))
 
 
 def eye(n: int, m: Optional[int] = None, dtype: Any = dt.float32,
-        device: DeviceLike = None) -> DeviceOp[Tensor]:
+        device: DeviceLike = None) -> TensorOp:
     """An ``n x m`` identity matrix (lazy)."""
-    return _lazy(f"eye({n}, {m})", dtype, device, lambda d: np.eye(n, m, dtype=_wide(d)))
+    return _lazy(f"eye({n}, {m})", dtype, device, (n, n if m is None else m),
+                 lambda d: np.eye(n, m, dtype=_wide(d)))
 
 
 def rand(shape: Shape, dtype: Any = dt.float32, seed: Optional[int] = None,
-         device: DeviceLike = None) -> DeviceOp[Tensor]:
+         device: DeviceLike = None) -> TensorOp:
     """Uniform random values in [0, 1) (lazy; seeded by ``seed``)."""
     dims = normalize_shape(shape)
-    return _lazy(f"rand({dims}, seed={seed})", dtype, device,
+    return _lazy(f"rand({dims}, seed={seed})", dtype, device, dims,
                  lambda d: np.random.default_rng(seed).random(dims))
 
 
 def randn(shape: Shape, dtype: Any = dt.float32, seed: Optional[int] = None,
-          mean: float = 0.0, std: float = 1.0, device: DeviceLike = None) -> DeviceOp[Tensor]:
+          mean: float = 0.0, std: float = 1.0, device: DeviceLike = None) -> TensorOp:
     """Normally distributed random values (lazy; seeded by ``seed``)."""
     dims = normalize_shape(shape)
-    return _lazy(f"randn({dims}, seed={seed})", dtype, device,
+    return _lazy(f"randn({dims}, seed={seed})", dtype, device, dims,
                  lambda d: np.random.default_rng(seed).normal(mean, std, dims))
 
 
-def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> DeviceOp[Tensor]:
+def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> TensorOp:
     """A tensor holding a copy of ``data`` (a numpy array or nested sequence) (lazy).
 
     ``dtype`` defaults to the array's dtype; pass ``ts.bfloat16`` to round float data to bf16.
     """
     array = np.array(data, copy=True)
     target = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)
-    return _lazy(f"tensor({array.shape}, {target.short})", target, device, lambda d: array)
+    return _lazy(f"tensor({array.shape}, {target.short})", target, device, array.shape,
+                 lambda d: array)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .._callsite import caller_location
+from ..deviceops.deviceop import DeviceOp
 from ..driver import cuda
 from ..driver.device import CPU, Device
 from ..driver.ledger import Allocation
@@ -41,6 +42,10 @@ def from_dlpack(obj: Any) -> Tensor:
     the safety model: drive tilesafe work to completion before touching the memory elsewhere.
     """
     where = caller_location()
+    if isinstance(obj, DeviceOp):
+        raise ArgumentError(f"from_dlpack takes an array, got {obj.label}, a DeviceOp not run "
+                            "yet", where, hint="call .sync() first (a tilesafe tensor needs no "
+                            "import: use it as it is)")
     if hasattr(obj, "__dlpack_device__"):
         device_type = obj.__dlpack_device__()[0]
     elif hasattr(obj, "__cuda_array_interface__"):

@@ -185,6 +185,11 @@ class MappedPartition:
         return self._num_tile_blocks
 
     @property
+    def device(self):
+        """The device of the partitioned tensor."""
+        return self.partition.device
+
+    @property
     def grid(self) -> tuple[int]:
         """The launch grid: one axis of ``num_tile_blocks`` programs."""
         return (self.num_tile_blocks,)

@@ -15,13 +15,15 @@ ledger and the backend interface's argument description.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from .. import _compiled
 from ..backends.base import KernelArg
+from ..compiler.hints import check_dim_factors
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
+from ..compiler.specialize import UNBOUND as LEFT_OUT
 from ..compiler.specialize import ArgInfo, Specialization, specialize
 from ..driver.device import Device, default_device
 from ..driver.ledger import (_EPOCH, LEDGER, ownership_epoch, shared_or_new_loans,
@@ -30,11 +32,27 @@ from ..driver.platform import platform_of
 from ..dtypes import DType
 from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
                       PartitionError)
+from ..deviceops.deviceop import DeviceOp
+from ..host.lazy import PartitionOp, TensorOp
 from ..host.partition import MappedPartition, Partition
 from ..host.tensor import Tensor
+from .arguments import UNBOUND, result_of
 from ..shapes import is_injective
 
 _FAST = _compiled.FASTPATH
+
+
+class LaunchRules(NamedTuple):
+    """What a kernel's launches are checked and specialized by (a kernel holds one): its name
+    and parameters, the named tuple a launch hands back (``result``), the parameters its
+    ``tensor_dim_factor`` hint covers (``dim_factors``), and whether the grid is compiled in
+    as a constant (``const_grid``)."""
+
+    name: str
+    params: Sequence[Param]
+    result: Optional[type] = None
+    dim_factors: Optional[dict] = None
+    const_grid: bool = False
 
 
 class _LaunchPlanState:
@@ -47,13 +65,14 @@ class _LaunchPlanState:
     (The Python definition of ``LaunchPlan``; the compiled fast path has the same type in C.)"""
 
     __slots__ = ("args", "epoch", "specialization", "grid", "device", "borrows",
-                 "borrowed_partitions", "bound", "stream_loans")
+                 "borrowed_partitions", "result", "bound", "stream_loans")
 
     def __init__(self, args: tuple, epoch: int, specialization: Specialization,
                  grid: tuple[int, int, int], device: Device, borrows: list,
-                 borrowed_partitions: list):
+                 borrowed_partitions: list, result: tuple):
         self.args, self.epoch, self.specialization, self.grid = args, epoch, specialization, grid
         self.device, self.borrows, self.borrowed_partitions = device, borrows, borrowed_partitions
+        self.result = result
         self.bound: Any = None
         self.stream_loans: tuple = (None, ())
 
@@ -102,7 +121,41 @@ def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
             yield p, a, a, isinstance(p.spec, PointerSpec)
 
 
+def _described_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
+    """What a DeviceOp argument will be, from what it says before it runs (a constructor or a
+    copy, and their partitions: ``host.lazy``)."""
+    if isinstance(value, PartitionOp):
+        return ArgInfo("partition", value.dtype, value.shape, value.tile_shape)
+    if isinstance(value, TensorOp):
+        return ArgInfo("tensor", value.dtype, value.shape)
+    raise ArgumentError(f"argument '{param.name}' of '{kernel_name}' is {value.label}, a "
+                        "DeviceOp whose result is only known when it runs", where,
+                        hint="call .sync() on it first")
+
+
+def describe(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[int]],
+             where: Location) -> PreparedLaunch:
+    """The specialization, grid and device of a launch whose arguments may be DeviceOps not
+    run yet (constructors, copies and their partitions describe their results), for compiling
+    without running: nothing is validated against memory, lent or run. Its ``args`` are
+    None: there is no memory to marshal."""
+    kernel_name, params = rules.name, rules.params
+    infos = [_described_info(p, a, kernel_name, where) if isinstance(a, DeviceOp)
+             else _arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
+    spec = specialize(kernel_name, list(params), infos, where)
+    check_dim_factors(kernel_name, params, infos, rules.dim_factors or {}, where)
+    g = launch_grid(params, args, grid, kernel_name, where)
+    if rules.const_grid:
+        spec = spec.with_grid(g)
+    devices = {a.device for a in args if isinstance(a, (DeviceOp, Tensor, Partition,
+                                                        MappedPartition))}
+    device = devices.pop() if len(devices) == 1 else default_device()
+    return PreparedLaunch(spec, g, None, [], where, device, None)
+
+
 def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
+    if value is UNBOUND:
+        return LEFT_OUT
     if isinstance(value, MappedPartition):
         value.partition._check_usable("launch with it")
         t = value.partition._tensor
@@ -254,7 +307,7 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
                 kernel_name: str, where: Location) -> tuple[int, int, int]:
     """The grid: given explicitly, or the (common) tile grid of the partitioned outputs."""
     grids = {p.name: a.grid for p, a in zip(params, args)
-             if isinstance(a, (Partition, MappedPartition))}
+             if isinstance(a, (Partition, MappedPartition, PartitionOp))}
     if grid is not None:
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
@@ -296,27 +349,29 @@ def _within_limits(grid: tuple[int, int, int], kernel_name: str,
     return grid
 
 
-def prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
-            grid: Optional[Sequence[int]], where: Location, *,
-            lend: bool = True, stream: Any = None,
+def prepare(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[int]],
+            where: Location, *, lend: bool = True, stream: Any = None,
             plans: Optional[dict] = None) -> PreparedLaunch:
-    """Validate a launch and lend its arguments to it; raises before anything runs.
+    """Validate a launch of a kernel with these ``rules`` and lend its arguments to it; raises
+    before anything runs.
 
     ``stream`` is the stream the launch will be enqueued on when that is already known (inside
     a running pipeline): earlier work on it does not block the launch. With ``lend=False``
     (compiling without running) the arguments are checked but not borrowed. ``plans`` (a
     kernel's cache) lets a launch with the very same argument objects as an earlier one, and
-    no ownership change since, skip re-validation: only the borrows are checked again."""
+    no ownership change since, skip re-validation: only the borrows are checked again; a
+    plan keeps what the launch hands back, of the named tuple type ``rules.result``."""
     LEDGER.acquire()  # the checks and the loans as one step (see driver.ledger)
     try:
-        return _prepare(kernel_name, params, args, grid, where, lend, stream, plans)
+        return _prepare(rules, args, grid, where, lend, stream, plans)
     finally:
         LEDGER.release()
 
 
-def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
-             grid: Optional[Sequence[int]], where: Location, lend: bool, stream: Any,
+def _prepare(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[int]],
+             where: Location, lend: bool, stream: Any,
              plans: Optional[dict]) -> PreparedLaunch:
+    kernel_name, params = rules.name, rules.params
     if isinstance(grid, list):
         grid = tuple(grid)
     key = (tuple(map(id, args)), grid) if plans is not None else None
@@ -337,7 +392,10 @@ def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
     _check_aliasing(params, args, kernel_name, where)
     _check_layouts(params, args, kernel_name, where)
     spec = specialize(kernel_name, list(params), infos, where)
+    check_dim_factors(kernel_name, params, infos, rules.dim_factors or {}, where)
     g = launch_grid(params, args, grid, kernel_name, where)
+    if rules.const_grid:
+        spec = spec.with_grid(g)
     device = _launch_device(params, args, kernel_name, where)
     borrows = _borrows(params, args)
     loans = take_loans(borrows, _holder(kernel_name), where, stream) if lend else []
@@ -346,7 +404,9 @@ def _prepare(kernel_name: str, params: Sequence[Param], args: Sequence[Any],
         if len(plans) >= PLAN_CACHE_SIZE:
             plans.clear()
         plan = plans[key] = LaunchPlan(tuple(args), ownership_epoch(), spec, g, device,
-                                       borrows, _borrowed_partitions(args))
+                                       borrows, _borrowed_partitions(args),
+                                       result_of(rules.result, tuple(args)) if rules.result
+                                       else tuple(args))
     return PreparedLaunch(spec, g, tuple(args), loans, where, device, plan)
 
 
@@ -356,7 +416,8 @@ def _borrowed_partitions(args: Sequence[Any]) -> list:
 
 
 def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tuple[Any, ...]:
-    """Hand back the very objects the caller passed. The launch's loans (and, with ``spend``,
+    """Hand back the very objects the caller passed (the plan's ``result``: the tensor-like
+    ones, by name too). The launch's loans (and, with ``spend``,
     the borrow of borrowed partitions) end when ``stream`` is synchronized, i.e. when the host
     knows the work is complete; later work on the same stream may use the arguments meanwhile.
     A graph replay does not spend borrowed partitions: the recorded launch keeps them."""
@@ -368,10 +429,11 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tup
     for loan in prepared.loans:  # (no lock: a check seeing either stream is still sound)
         loan.stream = stream
     stream.on_complete(prepared.loans, borrowed, prepared.where)
-    return prepared.args
+    return prepared.plan.result if prepared.plan is not None else prepared.args
 
 
-__all__ = ["LaunchPlan", "PreparedLaunch", "prepare", "recover", "launch_grid", "kernel_args",
+__all__ = ["LaunchRules", "LaunchPlan", "PreparedLaunch", "prepare", "describe", "recover", "launch_grid",
+           "kernel_args",
            "tensor_arguments", "replay_borrows"]
 
 

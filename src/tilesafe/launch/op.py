@@ -65,8 +65,8 @@ class KernelNode:
 
     def replay(self, stream: Stream) -> None:
         k = self.kernel
-        prepared = prepare(k.name, k.params, self.args, self.grid, self.where,
-                           stream=stream, plans=k._plans)
+        prepared = prepare(k.rules, self.args, self.grid, self.where, stream=stream,
+                           plans=k._plans)
         k._run_prepared(prepared, stream, spend=False)
 
     def compatible(self, other: Any) -> Optional[str]:
@@ -140,8 +140,8 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
         # Inside a running pipeline, work already enqueued on its stream does not block the
         # launch; the loans are then valid for that stream only (see _perform).
         self._early_stream = current_stream()
-        self._early = prepare(kernel.name, kernel.params, args, grid, where,
-                              stream=self._early_stream, plans=kernel._plans)
+        self._early = prepare(kernel.rules, args, grid, where, stream=self._early_stream,
+                              plans=kernel._plans)
         self.device = self._early.device
 
     @property
@@ -158,8 +158,8 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
         if prepared is None:
             args = tuple(resolve(a, stream) for a in self._args)
             try:
-                prepared = prepare(k.name, k.params, args, self._grid, self._where,
-                                   stream=stream, plans=k._plans)
+                prepared = prepare(k.rules, args, self._grid, self._where, stream=stream,
+                                   plans=k._plans)
             except TilesafeError as err:  # the arguments come back with the error
                 err.arguments = args
                 raise

@@ -6,7 +6,9 @@ no dictionary lookups. Programs run one after another over the grid in row-major
 order is unobservable: each program owns its output tiles). Each result is rounded to its
 declared dtype, so integers wrap and f16/bf16 round exactly as the dtype does.
 
-This module reads the registry; it must not special-case ops (their semantics live there).
+This module reads the registry; it must not special-case ops (their semantics live there): a
+``continue``/``break`` op leaves its loop by raising from its ``evaluate``, through the blocks in
+between, to the loop's own (``compiler.ops.control``).
 """
 
 from __future__ import annotations

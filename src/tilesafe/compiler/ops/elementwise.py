@@ -10,6 +10,10 @@ Semantics (the interpreter's, and what every backend must match):
   and rounded, which is the correctly rounded result for ``+ - * / sqrt``). Transcendentals
   (exp, log, sin, ...) are accurate to a few ulp on the GPU, correctly rounded here.
 * ``maximum``/``minimum`` propagate NaN. Comparisons with NaN are False except ``!=``.
+
+Python numbers and weak runtime scalars (``float``/``int`` parameters) adapt to the dtype of
+the tile they meet (``compiler.builder`` states the rule); the scalar result of an op on weak
+operands only is weak again (comparisons give strong bools).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ def _declare_unary(name: str, doc: str, fn: Callable, accepts: str, *, float_eva
 
     def build(b, x):
         (v,) = b.coerce([x], name)
-        return b.emit1(name, (v,))
+        return b.weak_result(b.emit1(name, (v,)), (x,))
     methods = (("tile", method),) if method else ()
     builtin(name, f"{name}(x) -> tile\n\n{doc}", build, methods=methods)
 
@@ -163,7 +167,8 @@ def _declare_binary(name: str, fn: Callable, accepts: str, result: DType | None,
 
     def build(b, x, y):
         vx, vy = b.coerce([x, y], name)
-        return b.emit1(name, (vx, vy))
+        r = b.emit1(name, (vx, vy))
+        return r if result else b.weak_result(r, (x, y))
     usage = f"x {symbol} y, or " if symbol else ""
     builtin(name, f"{usage}{name}(x, y) -> tile\n\n{doc} Python scalars adapt to the tile's "
             "dtype; two tiles must share a dtype.", build)
@@ -206,7 +211,7 @@ def _build_where(b, cond, x, y):
         b.coerce([c, vx], "where")  # raises the broadcast error with both shapes
     vx, vy = b.broadcast_to(vx, full), b.broadcast_to(vy, full)
     c = b.broadcast_to(c, full)
-    return b.emit1("select", (c, vx, vy))
+    return b.weak_result(b.emit1("select", (c, vx, vy)), (x, y))
 
 
 builtin("where", _build_where.__doc__, _build_where)

@@ -8,6 +8,8 @@ The device-side safety rules live in the shape of these ops:
   ``MappedPartitionMut``) is read only through its own ``load``: it cannot be re-partitioned,
   indexed, or be ``load_tile_like``'s source (that would read tiles other programs write);
 * rule 2 — a shared ``Tensor`` has loads only; its ``store`` method is a SafetyError;
+* a store writes a tile of the destination's exact shape: a smaller tile is a ShapeError,
+  only scalars fill (``stored_tile``);
 * edge tiles: loads past the edge of a tensor are padded (zero unless the partition says
   otherwise), stores past the edge are masked. A partition index outside the partition's tile
   grid is an error in the interpreter (on a GPU the bounds-checked load returns padding).
@@ -28,6 +30,7 @@ from ...dtypes import DType
 from ...errors import CompileError, DTypeError, SafetyError, ShapeError
 from ...shapes import tile_grid
 from ..bindings import PartitionBinding, PointerBinding, TensorBinding
+from ..builder import is_py_scalar
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import (MappedPartitionType, PartitionViewType, PointerType, TensorViewType,
@@ -179,8 +182,10 @@ def _build_mut_load(b, z, *, latency=None, allow_tma=None):
 def _build_mut_store(b, z, tile, *index, latency=None, allow_tma=None):
     """z.store(tile, *, latency=None, allow_tma=None)
 
-    Store ``tile`` into this program's own sub-tensor. Its dtype must equal the tensor's; a
-    smaller shape or a Python scalar broadcasts. Elements past the tensor's edge are masked.
+    Store ``tile`` into this program's own sub-tensor. Its dtype must equal the tensor's and
+    its shape the sub-tensor's (leading 1s aside): a smaller tile is a ShapeError, broadcast it
+    explicitly (``t.broadcast(z.shape)``). A scalar (a Python number or a runtime scalar) fills
+    the sub-tensor, like ``tc.full(z.shape, s)``. Elements past the tensor's edge are masked.
     There is no index: the launch gave this program exactly one sub-tensor (safety rule 1).
     """
     if index:
@@ -193,16 +198,34 @@ def _build_mut_store(b, z, tile, *index, latency=None, allow_tma=None):
 
 
 def stored_tile(b, tile, dtype: DType, shape: tuple[int, ...]) -> Value:
-    """The tile a store writes: ``tile`` (or a Python scalar) of exactly ``dtype``, broadcast
-    to the destination's static ``shape``; a dtype or shape that does not fit is an error."""
-    if isinstance(tile, Value) and isinstance(tile.type, TileType) \
+    """The tile a store writes, of exactly ``dtype`` and the destination's static ``shape``.
+
+    * A scalar fills the destination, as ``tc.full(shape, scalar)`` would: a Python number takes
+      the destination's dtype (it must fit it); a runtime scalar (a rank-0 tile) must have the
+      dtype (a weak ``float``/``int`` scalar is converted, as in arithmetic: ``compiler.builder``).
+    * A tile of rank >= 1 must have the dtype and the destination's number of elements: a store
+      never broadcasts a tile. Leading dimensions of extent 1 may be added or dropped (a ``(4,)``
+      tile into a ``(1, 4)`` sub-tensor); a tile meant to be replicated is broadcast explicitly,
+      ``t.broadcast(shape)``, so that a ``(1,)`` reduction result cannot fill a sub-tensor by
+      mistake.
+    """
+    if isinstance(tile, Value) and isinstance(tile.type, TileType) and not tile.weak \
             and tile.type.dtype is not dtype:
         raise b.error(DTypeError, f"store: tile dtype {tile.type.dtype.short} differs from the "
                       f"tensor's {dtype.short}", f"convert first: z.store(t.astype(tc."
                       f"{dtype.short}))")
+    if is_py_scalar(tile):
+        return b.constant(tile, dtype, shape)
     (v,) = b.coerce([tile], "store", dtype=dtype)
-    if v.type.shape != shape and broadcast_shapes(v.type.shape, shape) != shape:
-        raise b.error(ShapeError, f"store: tile shape {v.type.shape} does not match the "
+    got = v.type.shape
+    fits = broadcast_shapes(got, shape) == shape
+    if got and got != shape and (not fits or math.prod(got) != math.prod(shape)):
+        if fits:
+            raise b.error(ShapeError, f"store: a tile of shape {got} is smaller than the "
+                          f"sub-tensor's static shape {shape}; stores never broadcast a tile",
+                          f"broadcast it explicitly if every element should get its values: "
+                          f"z.store(t.broadcast({shape}))")
+        raise b.error(ShapeError, f"store: tile shape {got} does not match the "
                       f"sub-tensor's static shape {shape}",
                       "store a tile of the partition's tile shape (load_tile_like(x, z) "
                       "gives one)")

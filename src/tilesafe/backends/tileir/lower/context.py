@@ -116,6 +116,7 @@ class LoweringContext:
         self.num_blocks: Optional[tuple[Value, Value, Value]] = None
         self._values: dict[int, Any] = {}
         self._terminators: list[Callable[[list[Value]], None]] = []
+        self._loop_exits: list[dict[str, Callable[[list[Value]], None]]] = []
         self._touches: dict[int, bool] = {}
 
     # -- values ----------------------------------------------------------------------------------
@@ -172,6 +173,19 @@ class LoweringContext:
         if not self._terminators:
             raise CompileError("internal error: yield outside a region", kernel=self.kernel.name)
         self._terminators[-1](values)
+
+    def push_loop(self, exits: dict[str, Callable[[list[Value]], None]]) -> None:
+        """Enter a loop body: ``exits["continue"]``/``exits["break"]`` emit the innermost
+        loop's exits (from its body or any ``if`` region nested in it)."""
+        self._loop_exits.append(exits)
+
+    def pop_loop(self) -> None:
+        self._loop_exits.pop()
+
+    def leave_loop(self, kind: str, values: list[Value]) -> None:
+        if not self._loop_exits or kind not in self._loop_exits[-1]:
+            raise CompileError(f"internal error: {kind} outside a loop", kernel=self.kernel.name)
+        self._loop_exits[-1][kind](values)
 
     # -- the memory token chain ------------------------------------------------------------------
 

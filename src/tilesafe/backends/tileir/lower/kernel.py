@@ -29,7 +29,10 @@ IR param kind   entry parameters
 ``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
 (the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
 tile-block count, the block (1, 1, 1) and dynamic shared memory 0: the launcher
-(``tilesafe.driver.cuda``) launches every kernel with that configuration.
+(``tilesafe.driver.cuda``) launches every kernel with that configuration. A kernel compiled
+with its grid (``KernelIR.grid``: ``const_grid``) reads the grid size as constants and knows
+the bounds of its block ids (``assume bounded<0, n-1>``); the launch checks guarantee it only
+runs with that grid.
 
 Token scheme
 ------------
@@ -70,12 +73,21 @@ A mapping ``{param name: {key: value}}``; every key is optional:
 Dims are always assumed ``>= 0``. :func:`normalize_facts` turns facts into a canonical tuple
 of tuples (hashable, order-independent) for the specialization/cache key; ``lower_kernel``
 accepts either form.
+
+Hints (``hints=``): the kernel's checked hints (``compiler.hints``). The per-architecture
+entries become the entry's optimization hints, all of them: tileiras uses the one for the
+target's architecture, else ``default``. The kernel-wide ``tensor_dim_factor`` (a promise the
+launch checks, ``compiler.hints.check_dim_factors``) joins the facts: every dynamic dim of a
+tensor-like parameter it covers is assumed divisible by its factor (with a launch fact on the
+same dim, by the larger of the two powers of two). Static dims (ints, names bound at launch)
+are constants in the view and need no assumption.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
+from ....compiler.hints import arch_hints, factors_by_name
 from ....compiler.ir import KernelIR, KernelParam
 from ....compiler.types import MappedPartitionType, TensorViewType
 from ....dtypes import DType
@@ -177,10 +189,40 @@ def _check_facts(kernel: KernelIR, facts: Facts) -> dict[str, dict[str, Any]]:
     return checked
 
 
+def _with_dim_factors(kernel: KernelIR, facts: dict[str, dict[str, Any]],
+                      hints: Optional[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``facts`` with the hints' ``tensor_dim_factor`` joined to the ``dims_div`` of every
+    tensor-like parameter it covers (the larger power of two of the two, per dim)."""
+    tensors = [p for p in kernel.params if p.kind in _TENSOR_KINDS]
+    try:
+        factors = factors_by_name(hints, [p.name for p in tensors])
+    except CompileError as err:  # (a SignatureError: a bad name or factor)
+        raise err.with_context(location=kernel.location, kernel=kernel.name) from None
+    out = {name: dict(entries) for name, entries in facts.items()}
+    for p in tensors:
+        factor = factors.get(p.name)
+        if not factor or factor <= 1:
+            continue
+        entry = out.setdefault(p.name, {})
+        known = entry.get("dims_div") or (None,) * _rank(p)
+        entry["dims_div"] = tuple(max(d or 1, factor) for d in known)
+    return out
+
+
 def _div_by(lw: LoweringContext, value: Value, divisor: Optional[int]) -> Value:
     if divisor is None or divisor <= 1:
         return value
     return lw.fn.assume(value, DivBy(int(divisor)))
+
+
+def _block_ids(lw: LoweringContext, grid: Optional[tuple[int, int, int]]) -> tuple:
+    """The program's block ids; with the grid compiled in (``const_grid``), each is known to
+    lie in ``[0, grid[axis])``, and an axis of one program is the constant 0."""
+    ids = lw.fn.get_tile_block_id()
+    if grid is None:
+        return ids
+    return tuple(lw.fn.constant(0, TileType(I32)) if g == 1 else
+                 lw.fn.assume(v, Bounded(0, g - 1)) for v, g in zip(ids, grid))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,8 +316,10 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
 
     Args:
         version: bytecode version, ``(13, 3)`` or ``(13, 4)`` (13.4 carries ``inbounds``).
-        hints: kernel hints keyed by architecture (``{"sm_90": {"num_cta_in_cga": 2}}``, see
-            ``tilesafe.compiler.hints.KNOWN_HINTS``), written as the entry's optimization hints.
+        hints: kernel hints: keyed by architecture (``{"sm_90": {"num_cta_in_cga": 2}}``, see
+            ``tilesafe.compiler.hints.KNOWN_HINTS``), written as the entry's optimization
+            hints, and ``tensor_dim_factor``, written as ``assume div_by`` on the dims it
+            covers (module docstring).
         facts: argument facts turned into ``assume`` ops (module docstring).
         debug: attach each op's source location (file, line, column) so tileiras errors and
             ``--lineinfo`` point at the kernel's source.
@@ -287,12 +331,13 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         # Edge tiles stay masked even in unchecked kernels (tileiras 13.4 rejected the
         # promise on partial edge tiles), so both flavours compute the same thing.
         inbounds = False
-    checked_facts = _check_facts(kernel, normalize_facts(facts))
+    checked_facts = _with_dim_factors(kernel, _check_facts(kernel, normalize_facts(facts)),
+                                      hints)
+    entry_hints = arch_hints(hints)
     module = ModuleBuilder(version, producer="tilesafe" if version >= (13, 3) else None)
     location = source_location(kernel.location) if debug else None
     try:
-        fn = module.entry(kernel.name, _param_types(kernel),
-                          hints={k: dict(v) for k, v in hints.items()} if hints else None,
+        fn = module.entry(kernel.name, _param_types(kernel), hints=entry_hints or None,
                           location=location)
     except ValueError as err:
         raise CompileError(f"cannot compile for the GPU: {err}", kernel.location,
@@ -307,9 +352,10 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     if any(lw.needs_token(op) for op in ops):
         lw.token = lw.gate if lw.gate is not None else fn.make_token()
     if names & {"tile_block_id", "mut_load", "mut_store", "load_like"}:
-        lw.block_ids = fn.get_tile_block_id()
+        lw.block_ids = _block_ids(lw, kernel.grid)
     if "num_tile_blocks" in names:
-        lw.num_blocks = fn.get_num_tile_blocks()
+        lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
+                         tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))
     _make_views(lw)
     lw.lower_block(kernel.body)
     if lw.debug:
