@@ -30,7 +30,8 @@ from .deviceops.deviceop import DeviceOp
 from .driver.device import Device
 from .driver.stream import Stream
 from .errors import ArgumentError, Location, SignatureError, TilesafeError, UnsafeError
-from .launch.checks import LaunchRules, PreparedLaunch, describe, kernel_args, prepare, recover
+from .launch.checks import (LaunchRules, PreparedLaunch, describe, kernel_args, launch_grid,
+                            prepare, recover)
 from .launch.arguments import bind, result_type
 from .launch.op import LaunchOp
 from .launch.unsafe import unsafe, unsafe_permitted
@@ -95,13 +96,17 @@ class Kernel(KernelCore):
         self.launch_count = 0
         self._unsafe = self.unchecked_accesses or any(isinstance(p.spec, PointerSpec)
                                                       for p in self.params)
-        self.const_grid = bool(const_grid)
         self.rules = LaunchRules(self.name, tuple(self.params),
                                  result_type(self.name, self.params),
-                                 dim_factors(self.hints, self.params), self.const_grid)
+                                 dim_factors(self.hints, self.params), bool(const_grid))
         self._defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
                           if p.default is not inspect.Parameter.empty}
-        self._partition_bound = launch_bound_consts(self.params)
+        self._left_out_ok = launch_bound_consts(self.params)  # Consts a launch may leave out
+
+    @property
+    def const_grid(self) -> bool:
+        """Whether the launch grid is compiled in as a constant (``kernel(const_grid=True)``)."""
+        return self.rules.const_grid
 
     @property
     def is_unsafe(self) -> bool:
@@ -197,7 +202,7 @@ class Kernel(KernelCore):
         """Validate ``args`` like a launch but borrow nothing; DeviceOp arguments are not run
         (their described results specialize the kernel: ``launch.checks.describe``)."""
         where = caller_location()
-        args = bind(self.name, self.params, tuple(args), kwargs or {}, self._partition_bound,
+        args = bind(self.name, self.params, tuple(args), kwargs or {}, self._left_out_ok,
                     where, self._defaults)
         if any(isinstance(a, DeviceOp) for a in args):
             return describe(self.rules, args, grid, where)
@@ -216,12 +221,7 @@ class Kernel(KernelCore):
             raise ArgumentError(f"kernel '{self.name}' compiles its grid in (const_grid=True), "
                                 "and the example gives none", hint="add \"grid\": (x, y, z) "
                                 "(say (132, 1, 1)) to the example")
-        g = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-        if not 1 <= len(g) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1
-                                       for d in g):
-            raise ArgumentError(f"kernel '{self.name}': the example's grid {grid!r} is not 1 to "
-                                "3 positive ints", hint="give it as \"grid\": (x, y, z)")
-        g = g + (1,) * (3 - len(g))
+        g = launch_grid((), (), grid, self.name, None)  # checked as a launch's explicit grid
         return specialize_from_names(self.name, self.params, bindings).with_grid(g)
 
     def ir_text(self, *args: Any, grid: Optional[Sequence[int]] = None, **kwargs: Any) -> str:
@@ -242,7 +242,7 @@ class Kernel(KernelCore):
         where = caller_location()
         try:
             if kwargs or len(args) < len(self.params):
-                args = bind(self.name, self.params, args, kwargs, self._partition_bound, where,
+                args = bind(self.name, self.params, args, kwargs, self._left_out_ok, where,
                             self._defaults)
             self._check_permitted("launched", where)
             return LaunchOp(self, args, grid, where)

@@ -19,7 +19,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device, as_device
 from ..driver.ledger import LEDGER
 from ..errors import ArgumentError, Location
-from .lazy import TensorOp
+from .lazy import TensorOp, not_run_yet
 
 
 def clone(source: Any, device: "Device | str | None" = None) -> DeviceOp:
@@ -38,9 +38,8 @@ def copy_into(destination: Any, source: Any) -> DeviceOp:
     ``destination``."""
     where = caller_location()
     if isinstance(source, DeviceOp):
-        raise ArgumentError(f"copy_ needs a tensor as its source, got {source.label}, a DeviceOp "
-                            "not run yet", where, hint="call .sync() first: "
-                            "t.copy_(op.sync())")
+        raise not_run_yet("copy_ needs a tensor as its source", source, where,
+                          ": t.copy_(op.sync())")
     if not isinstance(source, type(destination)):
         raise ArgumentError("copy_ needs a tilesafe Tensor as its source", where)
     if source.shape != destination.shape or source.dtype is not destination.dtype:

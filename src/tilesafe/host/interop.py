@@ -23,6 +23,7 @@ from ..driver.device import CPU, Device
 from ..driver.ledger import Allocation
 from ..errors import ArgumentError
 from ..shapes import contiguous_strides, footprint
+from .lazy import not_run_yet
 from .tensor import Tensor
 
 _DL_CPU, _DL_CUDA = 1, 2
@@ -43,9 +44,8 @@ def from_dlpack(obj: Any) -> Tensor:
     """
     where = caller_location()
     if isinstance(obj, DeviceOp):
-        raise ArgumentError(f"from_dlpack takes an array, got {obj.label}, a DeviceOp not run "
-                            "yet", where, hint="call .sync() first (a tilesafe tensor needs no "
-                            "import: use it as it is)")
+        raise not_run_yet("from_dlpack takes an array", obj, where,
+                          " (a tilesafe tensor needs no import: use it as it is)")
     if hasattr(obj, "__dlpack_device__"):
         device_type = obj.__dlpack_device__()[0]
     elif hasattr(obj, "__cuda_array_interface__"):

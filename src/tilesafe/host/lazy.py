@@ -18,8 +18,15 @@ from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device
 from ..dtypes import DType
-from ..errors import DeviceOpError
+from ..errors import ArgumentError, DeviceOpError, Location
 from ..shapes import normalize_shape, tile_grid
+
+
+def not_run_yet(what: str, op: DeviceOp, where: Location, fix: str) -> ArgumentError:
+    """The error for an API that needs a tensor and got a DeviceOp (``what``: "borrow_mut
+    takes a tensor", ...): it says to call ``.sync()`` first, with ``fix`` as the example."""
+    return ArgumentError(f"{what}, got {op.label}, a DeviceOp not run yet", where,
+                         hint=f"call .sync() first{fix}")
 
 
 class _Described(DeviceOp):
@@ -52,7 +59,7 @@ class TensorOp(_Described):
     def partition(self, tile_shape: "int | Sequence[int]") -> "PartitionOp":
         """Partition the tensor this op makes (see ``Tensor.partition``), lazily."""
         tile = (tile_shape,) if isinstance(tile_shape, int) else tuple(tile_shape)
-        return PartitionOp(self, tile)
+        return PartitionOp(self, tile)  # checked by Tensor.partition when the op runs
 
 
 class PartitionOp(_Described):

@@ -28,10 +28,11 @@ from ..driver.ledger import (LEDGER, Allocation, bump_ownership_epoch, is_read_o
 from ..driver.platform import platform_of
 from ..driver.stream import current_stream, next_stream
 from ..dtypes import DType
-from ..errors import ArgumentError, BorrowError, Location, MovedError
+from ..errors import BorrowError, Location, MovedError
 from ..shapes import (contiguous_strides, footprint, is_contiguous, normalize_shape,
                       reshape_strides)
 from . import copies, export
+from .lazy import not_run_yet
 from .partition import BorrowMut, Partition
 
 
@@ -371,9 +372,8 @@ def borrow_mut(tensor: Tensor) -> BorrowMut:
     """Borrow ``tensor`` exclusively: ``ts.borrow_mut(t).partition(tile_shape)`` gives a
     partition that writes ``t`` in place; ``t`` is usable again once that launch completes."""
     if isinstance(tensor, DeviceOp):
-        raise ArgumentError(f"borrow_mut takes a tensor, got {tensor.label}, a DeviceOp not run "
-                            "yet", caller_location(), hint="call .sync() first: "
-                            "ts.borrow_mut(op.sync())")
+        raise not_run_yet("borrow_mut takes a tensor", tensor, caller_location(),
+                          ": ts.borrow_mut(op.sync())")
     if not isinstance(tensor, Tensor):
         raise TypeError(f"borrow_mut takes a tilesafe Tensor, got {type(tensor).__name__}")
     tensor._check_usable("borrow it")

@@ -3,8 +3,8 @@
 :func:`bind` applies Python's binding rules to a launch's positional and keyword arguments
 (``matmul(z, a, b, BM=64)``, ``k(z=..., x=...)``): too many, missing, duplicate and unknown
 names are ArgumentErrors naming the launch's line and the parameters. A ``tc.Const`` that the
-partitions determine (its name is in an output's tile shape) may be left out: it is bound from
-the partition (see ``compiler.specialize``).
+arguments determine (a shape tuple names it) may be left out: it is bound from the arguments'
+shapes (see ``compiler.specialize``).
 
 :func:`result_type` is what ``.sync()`` of a launch returns: a named tuple of the very
 tensor-like objects the caller passed (tensors, partitions, mapped partitions, pointers), in
@@ -20,19 +20,17 @@ import collections
 import keyword
 from typing import Any, Optional, Sequence
 
-from ..compiler.signature import ConstSpec, MappedSpec, Param, ScalarSpec, TensorSpec
+from ..compiler.signature import ConstSpec, Param, ScalarSpec
+from ..compiler.specialize import UNBOUND  # what a left-out parameter is bound to (below)
 from ..errors import ArgumentError, Location
-
-#: the value of a parameter the caller left for the launch to bind (a Const the partition
-#: determines)
-UNBOUND = type("Unbound", (), {"__repr__": lambda self: "<bound at launch>"})()
 
 
 def bind(kernel_name: str, params: Sequence[Param], args: tuple, kwargs: dict,
          optional: frozenset, where: Location, defaults: Optional[dict] = None) -> tuple:
     """The launch's arguments in parameter order: by position, by name, else the parameter's
     default (``defaults``, from the kernel's ``def``). ``optional`` names the parameters that
-    may be left out besides (they get :data:`UNBOUND`)."""
+    may be left out besides: they get ``compiler.specialize.UNBOUND``, which the
+    specialization binds from the arguments' shapes."""
     names = [p.name for p in params]
     listing = f"({', '.join(names)})"
     if len(args) > len(params):
@@ -60,7 +58,7 @@ def bind(kernel_name: str, params: Sequence[Param], args: tuple, kwargs: dict,
         raise ArgumentError(f"kernel '{kernel_name}' takes {len(params)} argument(s) {listing}, "
                             f"got {len(params) - len(missing)}: missing {quoted}", where,
                             hint="pass one value per parameter, in order or by name "
-                            "(tc.Const values included, unless a partition's tile shape "
+                            "(tc.Const values included, unless a shape in the signature "
                             "names them)")
     return tuple(bound)
 

@@ -23,8 +23,7 @@ from .. import _compiled
 from ..backends.base import KernelArg
 from ..compiler.hints import check_dim_factors
 from ..compiler.signature import ConstSpec, Param, PointerSpec, ScalarSpec
-from ..compiler.specialize import UNBOUND as LEFT_OUT
-from ..compiler.specialize import ArgInfo, Specialization, specialize
+from ..compiler.specialize import UNBOUND, ArgInfo, Specialization, specialize
 from ..driver.device import Device, default_device
 from ..driver.ledger import (_EPOCH, LEDGER, ownership_epoch, shared_or_new_loans,
                              take_loans)
@@ -36,7 +35,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..host.lazy import PartitionOp, TensorOp
 from ..host.partition import MappedPartition, Partition
 from ..host.tensor import Tensor
-from .arguments import UNBOUND, result_of
+from .arguments import result_of
 from ..shapes import is_injective
 
 _FAST = _compiled.FASTPATH
@@ -142,20 +141,26 @@ def describe(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[in
     kernel_name, params = rules.name, rules.params
     infos = [_described_info(p, a, kernel_name, where) if isinstance(a, DeviceOp)
              else _arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
-    spec = specialize(kernel_name, list(params), infos, where)
-    check_dim_factors(kernel_name, params, infos, rules.dim_factors or {}, where)
-    g = launch_grid(params, args, grid, kernel_name, where)
-    if rules.const_grid:
-        spec = spec.with_grid(g)
+    spec, g = _specialization(rules, infos, args, grid, where)
     devices = {a.device for a in args if isinstance(a, (DeviceOp, Tensor, Partition,
                                                         MappedPartition))}
     device = devices.pop() if len(devices) == 1 else default_device()
     return PreparedLaunch(spec, g, None, [], where, device, None)
 
 
+def _specialization(rules: LaunchRules, infos: list, args: Sequence[Any],
+                    grid: Optional[Sequence[int]], where: Location) -> tuple:
+    """(specialization, grid) of a launch from its arguments' descriptions: the signature,
+    the ``tensor_dim_factor`` promise, the grid, and the grid compiled in for ``const_grid``."""
+    spec = specialize(rules.name, list(rules.params), infos, where)
+    check_dim_factors(rules.name, rules.params, infos, rules.dim_factors or {}, where)
+    g = launch_grid(rules.params, args, grid, rules.name, where)
+    return (spec.with_grid(g) if rules.const_grid else spec), g
+
+
 def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
-    if value is UNBOUND:
-        return LEFT_OUT
+    if value is UNBOUND:  # a tc.Const left out: the specialization binds it
+        return value
     if isinstance(value, MappedPartition):
         value.partition._check_usable("launch with it")
         t = value.partition._tensor
@@ -391,11 +396,7 @@ def _prepare(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[in
     infos = [_arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
     _check_aliasing(params, args, kernel_name, where)
     _check_layouts(params, args, kernel_name, where)
-    spec = specialize(kernel_name, list(params), infos, where)
-    check_dim_factors(kernel_name, params, infos, rules.dim_factors or {}, where)
-    g = launch_grid(params, args, grid, kernel_name, where)
-    if rules.const_grid:
-        spec = spec.with_grid(g)
+    spec, g = _specialization(rules, infos, args, grid, where)
     device = _launch_device(params, args, kernel_name, where)
     borrows = _borrows(params, args)
     loans = take_loans(borrows, _holder(kernel_name), where, stream) if lend else []

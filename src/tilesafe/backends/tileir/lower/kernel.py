@@ -221,7 +221,7 @@ def _block_ids(lw: LoweringContext, grid: Optional[tuple[int, int, int]]) -> tup
     ids = lw.fn.get_tile_block_id()
     if grid is None:
         return ids
-    return tuple(lw.fn.constant(0, TileType(I32)) if g == 1 else
+    return tuple(lw.fn.constant(0, TileType(I32)) if g <= 1 else
                  lw.fn.assume(v, Bounded(0, g - 1)) for v, g in zip(ids, grid))
 
 
