@@ -183,3 +183,83 @@ def test_a_launch_that_breaks_the_tensor_dim_factor_promise_is_refused():
     assert _at("bad-factor") in str(info.value)
     assert np.array_equal(bad.numpy(), np.ones((6, 8), np.float32))  # nothing was lent
     assert np.array_equal(z6.unpartition().numpy(), np.zeros((6, 8), np.float32))
+
+
+# -- the safety rules through the new launch surface ------------------------------------------
+
+@ts.kernel
+def inc_by(z: tc.MutTensor[tc.f32, ("B",)], x: tc.Tensor[tc.f32, (-1,)], B: tc.Const[int],
+           step: float = 1.0):
+    z.store(z.load() + tc.load_tile_like(x, z) * step)
+
+
+def test_keyword_launches_still_refuse_two_imports_of_one_buffer():
+    buffer = np.zeros(16, np.float32)
+    with pytest.raises(ts.AliasingError) as info:
+        inc_by(x=ts.from_dlpack(buffer), z=ts.from_dlpack(buffer).partition(4))  # <- twins
+    assert _at("twins") in str(info.value)
+    z, x = info.value.arguments[0], info.value.arguments[1]  # back in parameter order
+    assert isinstance(z, ts.Partition) and isinstance(x, ts.Tensor)
+    assert z.unpartition().numpy().shape == (16,)
+    with pytest.raises(ts.AliasingError):  # overlapping slices of one buffer, left-out B
+        inc_by(ts.from_dlpack(buffer[0:8]).partition(4), ts.from_dlpack(buffer[4:12]))
+
+
+def test_a_keyword_launch_that_fails_after_a_move_hands_the_arguments_back():
+    t = ts.ones(16, device="cpu").sync()
+    z = t.partition(4)  # t is moved
+    with pytest.raises(ts.MovedError) as info:
+        inc_by(z=z, x=t)  # <- moved
+    assert _at("moved") in str(info.value)
+    z = info.value.arguments[0]
+    assert np.array_equal(z.unpartition().numpy(), np.ones(16, np.float32))
+
+
+def test_a_shared_result_cannot_be_the_output_of_a_keyword_launch():
+    x = ts.ones(16, device="cpu").sync()
+    p, x = inc_by(z=ts.zeros(16, device="cpu").sync().partition(4), x=x).shared().sync()
+    with pytest.raises(ts.BorrowError, match="read-only result of .shared()"):
+        inc_by(z=p, x=x, step=2.0)
+
+
+def test_compiling_lazy_arguments_lends_nothing():
+    x = ts.ones(16, device="cpu").sync()
+    inc_by.ir(ts.zeros(16, device="cpu").partition(4), x, step=3.0)
+    z = ts.borrow_mut(x).partition(4)  # x is free: compiling borrowed nothing
+    inc_by(z, ts.ones(16, device="cpu").sync()).sync()
+    assert np.array_equal(x.numpy(), np.full(16, 2.0, np.float32))
+
+
+def test_threads_and_asyncio_launching_by_keyword_on_one_stream_lose_no_update():
+    """Threads borrow inside the stream's work (a borrow taken beside a pending one is refused),
+    launch by keyword with the Const left out; then awaited keyword launches."""
+    import asyncio
+    import threading
+
+    t = ts.zeros(64, device="cpu").sync()
+    x = ts.ones(64, device="cpu").sync()
+    stream = ts.Stream("cpu")
+    errors: list = []
+
+    def work():
+        try:
+            for _ in range(25):
+                ts.value(None).then(lambda _: inc_by(z=ts.borrow_mut(t).partition(8), x=x,
+                                                     step=1.0)).sync_on(stream)
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors[0]
+
+    async def launches():
+        for _ in range(25):
+            result = await inc_by(z=ts.borrow_mut(t).partition(8), x=x)
+            assert result._fields == ("z", "x") and result.x is x
+
+    asyncio.run(launches())
+    assert np.array_equal(t.numpy(), np.full(64, 4 * 25 + 25, np.float32))
