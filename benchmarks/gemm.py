@@ -157,7 +157,7 @@ def precompile(problem: _Problem, sms: int) -> None:
         out = scratch.partition(config[:2])
         if style == "persistent":
             out = out.map((GROUP_ROWS, 1), _programs(config, problem.shape, sms))
-        gemm_kernel(style, config[3]).compile(out, problem.a, problem.b, *config[:3])
+        gemm_kernel(style, config[3]).compile(out, problem.a, problem.b, config[2])
     jobs = [(style, config) for style in ("persistent", "tiled") for config in CONFIGS]
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         for job, result in zip(jobs, pool.map(lambda j: _attempt(build, j), jobs)):
@@ -244,7 +244,7 @@ def _measure(problem: _Problem, stream: Any, ts_stream: Any, sms: int, search_ro
                 hints = config_of[label][3]
                 same = h.same_machine_code(gemm_kernel(family, hints),
                                            gemm_kernel(family, hints, True),
-                                           (out, problem.a, problem.b, *config_of[label][:3]))
+                                           (out, problem.a, problem.b, config_of[label][2]))
                 rows.append(h.Row("gemm_safety", SHORT[problem.dtype], size,
                                   "safe and unchecked cubins identical", float(same), "bool"))
         else:

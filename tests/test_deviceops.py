@@ -128,6 +128,8 @@ def test_an_await_that_only_enqueues_polls_then_hands_the_wait_to_a_thread(monke
     from tilesafe.deviceops import awaiting
     from tilesafe.driver.platform import HostPlatform
     for idle_after, waited_on_a_thread in ((3, False), (None, True)):
+        # the spin is timed: on a loaded machine it could end before the fourth query
+        monkeypatch.setattr(awaiting, "SPIN_SECONDS", 5.0 if idle_after else 50e-6)
         queries, threads = [], []
         monkeypatch.setattr(HostPlatform, "is_idle", lambda self, stream: queries.append(
             stream) or (idle_after is not None and len(queries) > idle_after))

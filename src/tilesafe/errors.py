@@ -31,6 +31,7 @@ tensor unchanged and usable.
     │   └── UnsafeError              unsafe kernel launched outside ``with ts.unsafe():``
     ├── DeviceOpError                a DeviceOp driven twice or misused
     ├── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
+    │   └── IndexOutOfRangeError     a data-dependent index outside its tensor (every device)
     ├── CudaError                    a CUDA driver call failed
     └── DeviceError                  a device name that is unknown or not usable here
 """
@@ -235,6 +236,14 @@ class DeviceOpError(TilesafeError):
 class KernelRuntimeError(TilesafeError):
     """A tile program failed while executing (interpreter), e.g. a partition index outside
     the partition. Names the kernel, the program id and the offending values."""
+
+
+class IndexOutOfRangeError(KernelRuntimeError, IndexError):
+    """A data-dependent index (a partition's ``load(index)``, ``tc.gather``) was outside the
+    tensor or its tile grid. The interpreter raises it at the access; a GPU kernel reads padding
+    there instead, records the first such access, and the error is raised when the stream the
+    launch ran on is next synchronized. It names the kernel, the access's file:line, the tile
+    program and the index."""
 
 
 class TileirasNotFound(CompileError):

@@ -161,6 +161,9 @@ class Kernel(KernelCore):
         exe, args = self._executable_for(prepared)
         bound = exe.bind(args, prepared.grid)
         if plan is not None:
+            record = getattr(bound, "fault_record", None)
+            if record is not None:  # lent to every launch of the plan, read when it completes
+                plan.borrowed_partitions.append(record)
             plan.bound = bound
         return bound
 
@@ -265,19 +268,22 @@ class Kernel(KernelCore):
                       spend: bool = True) -> tuple:
         """Run a validated launch to completion on ``stream`` and hand back its arguments
         (``spend=False`` for graph replays: borrowed partitions stay with the graph)."""
+        bound = None
         try:
             if stream.device is not prepared.device and stream.device != prepared.device:
                 raise ArgumentError(f"the launch of '{self.name}' runs on {prepared.device} but "
                                     f"was driven on a {stream.device} stream", prepared.where,
                                     hint=f"drive it with .sync() or on a {prepared.device} "
                                     "stream")
-            self._bound(prepared).launch(stream)
+            bound = self._bound(prepared)
+            bound.launch(stream)
             self.launch_count += 1
         except Exception as err:  # the arguments come back with the error, none is lost
             _hand_back(err, prepared.args)
             raise
         finally:  # the loans end when the stream is next synchronized, whatever happened
-            results = recover(prepared, stream, spend=spend)
+            results = recover(prepared, stream, spend=spend,
+                              fault_record=getattr(bound, "fault_record", None))
         return results
 
     def __repr__(self) -> str:

@@ -353,6 +353,17 @@ def early_exits(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], n: in
             break
 
 
+@ts.kernel
+def gathers(z: tc.MutTensor[tc.f32, (4, 8)], x: tc.Tensor[tc.f32, (-1, 8)],
+            flags: tc.Tensor[tc.bool_, (-1,)], rows: tc.Tensor[tc.i64, (-1,)], at: tc.u8):
+    i, _, _ = tc.get_tile_block_id()
+    r = rows.partition((4,)).load(i, padding=0)                 # a padded partition load
+    t = tc.gather(x, r.reshape((4, 1)), tc.arange(8).reshape((1, 8)))  # checked, i64 rows
+    f = tc.gather(flags, r, padding=True)                          # bool, padded
+    s = tc.gather(x, at, 3)                                        # a scalar, u8 index
+    z.store(tc.where(f.reshape((4, 1)), t, s))
+
+
 @ts.kernel(unchecked_accesses=True)
 def unchecked_add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + 1.0)
@@ -411,6 +422,9 @@ def _ir_all():
         "raw_pointers": raw_pointers.ir(vec(n).partition(64), vec(n), vec(n), vec(n, ts.bool_),
                                         vec(n, ts.int32), 10),
         "early_exits": early_exits.ir(vec(n).partition(128), vec(n), 10, 3, 5),
+        "gathers": gathers.ir(ts.zeros((8, 8)).sync().partition((4, 8)),
+                              ts.zeros((20, 8)).sync(), vec(20, ts.bool_),
+                              vec(8, ts.int64), 3),
     }
     return kernels
 

@@ -71,6 +71,10 @@ class BoundLaunch(Protocol):
 
     #: whether running it only enqueues device work (nothing runs on the host)
     enqueues_only: bool
+    #: an object the launch lends and the stream hands back when the launch completes
+    #: (``_spend(why, where)``, like a borrowed partition), where the backend reads what the
+    #: kernel reported (a failed bounds check), or None
+    fault_record: Any
 
     def launch(self, stream: Stream) -> None:
         """Run (or enqueue) the launch on ``stream``."""

@@ -189,13 +189,13 @@ class CudaGraph:
         with self._capture_lock:  # one capture, whichever threads replay first
             if self._captured_nodes is not self.nodes:
                 self._capture(stream)
-        _, graph_exec, borrows, per_kernel, holder = self._captured
+        _, graph_exec, borrows, per_kernel, holder, records = self._captured
         where = self.nodes[0].where
         loans = borrows.lend(holder, where, stream)
         try:
             cuda.launch_graph(graph_exec, stream.native_address)
         finally:  # a failed launch's loans end at the drive's synchronize
-            stream.on_complete(loans, [], where)
+            stream.on_complete(loans, records, where)
         for kernel, count in per_kernel.items():
             kernel.launch_count += count
 
@@ -214,8 +214,12 @@ class CudaGraph:
                 per_kernel[n.launch_counter] = per_kernel.get(n.launch_counter, 0) + 1
         previous = self._captured[0] if self._captured is not None else None
         graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
+        records = list({id(r): r for n in self.nodes
+                        for r in (n.fault_records() if hasattr(n, "fault_records") else ())
+                        }.values())  # each kernel's fault record, read at a replay's sync
         self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
-                          per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)")
+                          per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)",
+                          records)
         self._captured_nodes = self.nodes
 
     def replay(self) -> None:

@@ -11,8 +11,10 @@ call. Pointers and stream handles are plain ints. This module imports only ``err
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -89,6 +91,30 @@ def allocate(index: int, nbytes: int, stream: Any) -> DeviceBuffer:
     return DeviceBuffer(buf, int(buf.handle), nbytes)
 
 
+class MappedWords:
+    """``count`` int64 words of page-locked host memory that kernels on every device can write
+    (mapped into the device address space): the host reads them with no copy once the work
+    that writes them is complete. Zeroed at allocation; freed with the object."""
+
+    def __init__(self, index: int, count: int):
+        make_current(index)
+        driver = _driver()
+        flags = driver.CU_MEMHOSTALLOC_PORTABLE | driver.CU_MEMHOSTALLOC_DEVICEMAP
+        host = int(_check(driver.cuMemHostAlloc(count * 8, flags), "cuMemHostAlloc"))
+        self._finalizer = weakref.finalize(self, _free_host, host)
+        self.address = int(_check(driver.cuMemHostGetDevicePointer(host, 0),
+                                  "cuMemHostGetDevicePointer"))
+        self.words = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(host))
+        self.words[:] = 0
+
+
+def _free_host(host: int) -> None:
+    try:
+        _driver().cuMemFreeHost(host)
+    except Exception:  # (interpreter shutdown)
+        pass
+
+
 def wrap_foreign(ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
     """A view of memory owned by another library (kept alive through ``owner``)."""
     buf = _core().Buffer.from_handle(ptr, max(nbytes, 1), owner=owner)
@@ -134,7 +160,8 @@ class PackedLaunch:
     see ``backends.tileir.lower``) is enqueued as a programmatic dependent of the previous
     kernel on its stream: it may start while that kernel finishes."""
 
-    __slots__ = ("function", "grid", "index", "values", "pointers", "address", "programmatic")
+    __slots__ = ("function", "grid", "index", "values", "pointers", "address", "programmatic",
+                 "fault_record")
 
     def __init__(self, kernel: Any, grid: tuple[int, int, int], args: Sequence[Any],
                  index: int, programmatic: bool = False):
@@ -146,6 +173,9 @@ class PackedLaunch:
         self.pointers = np.array([v.ctypes.data for v in self.values], dtype=np.uintp)
         self.address = int(self.pointers.ctypes.data)
         self.programmatic = programmatic
+        #: what the launch lends besides its arguments and reads back when it completes (a
+        #: backend's fault record, ``backends/tileir/faults.py``), or None
+        self.fault_record: Any = None
 
     #: running it only enqueues device work (see ``backends.base.BoundLaunch``)
     enqueues_only = True

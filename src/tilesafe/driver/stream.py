@@ -54,7 +54,9 @@ class _StreamState:
 
     def synchronize(self) -> None:
         """Wait until all work enqueued on this stream is complete (immediate on cpu), then
-        end the loans of that work.
+        end the loans of that work and hand back what it borrowed besides (borrowed partitions
+        are spent; a kernel's fault record is read, and the first failure it reports is raised
+        once everything is handed back).
 
         Only the loans registered before the wait begins are ended: their work was enqueued
         before it (a launch registers its loans after enqueueing), so the wait covers it.
@@ -68,8 +70,14 @@ class _StreamState:
             self._pending[:0], self._spent[:0] = pending, spent  # still pending
             raise
         release_all(pending)
-        for partition, where in spent:
-            partition._spend("was borrowed by a launch that completed", where)
+        first_error = None
+        for item, where in spent:  # every one is handed back, whatever the others raise
+            try:
+                item._spend("was borrowed by a launch that completed", where)
+            except Exception as err:  # (a fault record reporting a failed bounds check)
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
 
 
 StreamCore = _FAST.StreamCore if _FAST is not None else _StreamState

@@ -139,23 +139,28 @@ stream_synchronize(PyObject *self, PyObject *unused)
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
     } else if (release_all(pending) == 0) {
-        result = Py_None;
-        Py_INCREF(result);
+        /* every item is handed back whatever the others raise; the first error is raised */
+        PyObject *type = NULL, *value = NULL, *tb = NULL;
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spent); i++) {
             PyObject *entry = PyList_GET_ITEM(spent, i);
-            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            PyObject *r = NULL;
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)
                 PyErr_SetString(PyExc_TypeError, "a stream's spent partitions are pairs");
-                Py_CLEAR(result);
-                break;
-            }
-            PyObject *r = PyObject_CallMethodObjArgs(PyTuple_GET_ITEM(entry, 0), s_spend,
-                                                     s_spend_why, PyTuple_GET_ITEM(entry, 1),
-                                                     NULL);
-            if (r == NULL) {
-                Py_CLEAR(result);
-                break;
-            }
-            Py_DECREF(r);
+            else
+                r = PyObject_CallMethodObjArgs(PyTuple_GET_ITEM(entry, 0), s_spend,
+                                               s_spend_why, PyTuple_GET_ITEM(entry, 1), NULL);
+            if (r != NULL)
+                Py_DECREF(r);
+            else if (type == NULL)
+                PyErr_Fetch(&type, &value, &tb);
+            else
+                PyErr_Clear();
+        }
+        if (type != NULL) {
+            PyErr_Restore(type, value, tb);
+        } else {
+            result = Py_None;
+            Py_INCREF(result);
         }
     }
     Py_DECREF(pending);

@@ -416,17 +416,23 @@ def _borrowed_partitions(args: Sequence[Any]) -> list:
     return [p for _, p in _outputs(args) if p.is_borrowed]
 
 
-def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True) -> tuple[Any, ...]:
+def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True,
+            fault_record: Any = None) -> tuple[Any, ...]:
     """Hand back the very objects the caller passed (the plan's ``result``: the tensor-like
     ones, by name too). The launch's loans (and, with ``spend``,
     the borrow of borrowed partitions) end when ``stream`` is synchronized, i.e. when the host
     knows the work is complete; later work on the same stream may use the arguments meanwhile.
-    A graph replay does not spend borrowed partitions: the recorded launch keeps them."""
-    borrowed = []
+    A graph replay does not spend borrowed partitions: the recorded launch keeps them.
+    ``fault_record`` (the bound launch's, if any) is handed back at that synchronize too, which
+    raises what the kernel reported (a plan lists it with its borrowed partitions)."""
+    plan = prepared.plan
     if spend:
-        plan = prepared.plan
         borrowed = plan.borrowed_partitions if plan is not None else \
             _borrowed_partitions(prepared.args)
+        if fault_record is not None and plan is None:
+            borrowed = borrowed + [fault_record]
+    else:
+        borrowed = [fault_record] if fault_record is not None else []
     for loan in prepared.loans:  # (no lock: a check seeing either stream is still sound)
         loan.stream = stream
     stream.on_complete(prepared.loans, borrowed, prepared.where)

@@ -63,6 +63,12 @@ class KernelNode:
         borrows the arguments before the graph runs)."""
         self.kernel._bound(self._validated).launch(_CaptureStream(int(builder.stream.handle)))
 
+    def fault_records(self) -> list:
+        """What each replay of the captured launch lends besides its arguments and reads back
+        at the replay's synchronize (the kernel's fault record, if it has checked accesses)."""
+        record = getattr(self.kernel._bound(self._validated), "fault_record", None)
+        return [record] if record is not None else []
+
     def replay(self, stream: Stream) -> None:
         k = self.kernel
         prepared = prepare(k.rules, self.args, self.grid, self.where, stream=stream,

@@ -59,10 +59,12 @@ class _ProgramContext:
     def run_block(self, block: _CompiledBlock, args: Sequence[Any]) -> tuple:
         return self._runner(block, args, self)
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, error: type = KernelRuntimeError) -> None:
+        """Stop the launch with ``error`` (a KernelRuntimeError), naming the access's line,
+        the kernel and the tile program."""
         where = f"{self.location}: " if self.location else ""
-        raise KernelRuntimeError(f"{where}in kernel '{self.kernel_name}', tile program "
-                                 f"{self.program_id}: {message}")
+        raise error(f"{where}in kernel '{self.kernel_name}', tile program "
+                    f"{self.program_id}: {message}")
 
 
 class InterpretedKernel:

@@ -2,7 +2,8 @@
 
 The argument list follows the lowering's ABI (``lower.abi_signature``): for each tensor,
 partition and mapped partition parameter the address of element 0, then every extent and every
-stride in elements as i32; scalars by value in their dtype; raw pointers as an address.
+stride in elements as i32; scalars by value in their dtype; raw pointers as an address; and,
+for a kernel with bounds-checked accesses, its fault record's address (``faults.py``).
 ``bind`` packs a launch once per launch plan into a ``driver.cuda.PackedLaunch``, which a
 repeated launch enqueues with one driver call. It reads the arguments of a validated launch, so
 it cannot disagree with the ownership checks that ran before it.
@@ -10,13 +11,14 @@ it cannot disagree with the ownership checks that ran before it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from ...driver import cuda
 from ...errors import ArgumentError
 from ..base import KernelArg
+from .faults import FaultRecord
 
 _I32_MAX = (1 << 31) - 1
 
@@ -47,12 +49,22 @@ class TileIRExecutable:
     for its predecessor before touching memory, so it may be launched as a programmatic
     dependent of the previous kernel on its stream."""
 
-    def __init__(self, name: str, cubin: bytes, device_index: int, programmatic: bool = False):
+    def __init__(self, name: str, cubin: bytes, device_index: int, programmatic: bool = False,
+                 fault_record: Optional[FaultRecord] = None):
         self.cubin = cubin
         self.device_index = device_index
         self.handle = cuda.load_kernel(cubin, name, device_index)
         self.programmatic = programmatic
+        self.fault_record = fault_record
 
     def bind(self, args: Sequence[KernelArg], grid: tuple[int, int, int]) -> cuda.PackedLaunch:
-        return cuda.PackedLaunch(self.handle, grid, pack_arguments(args), self.device_index,
-                                 self.programmatic)
+        """The launch packed once; a kernel with checked accesses gets its fault record's
+        address as the last parameter, and the launch lends it the record
+        (``PackedLaunch.fault_record``)."""
+        packed = pack_arguments(args)
+        if self.fault_record is not None:
+            packed.append(self.fault_record.address)
+        launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index,
+                                   self.programmatic)
+        launch.fault_record = self.fault_record
+        return launch

@@ -27,7 +27,7 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...dtypes import DType
-from ...errors import CompileError, DTypeError, SafetyError, ShapeError
+from ...errors import CompileError, DTypeError, IndexOutOfRangeError, SafetyError, ShapeError
 from ...shapes import tile_grid
 from ..bindings import PartitionBinding, PointerBinding, TensorBinding
 from ..builder import is_py_scalar
@@ -46,7 +46,7 @@ def _tile_slices(shape, index, tile_shape):
 def _check_index(ctx, what: str, index, grid) -> None:
     if any(i < 0 or i >= g for i, g in zip(index, grid)):
         ctx.fail(f"{what} index {tuple(int(i) for i in index)} is outside the tile grid "
-                 f"{tuple(grid)}")
+                 f"{tuple(grid)}", IndexOutOfRangeError)
 
 
 def load_tile(ctx, tensor: TensorBinding, index, tile_shape, padding: str = "zero",
@@ -409,24 +409,43 @@ def _partition_load_rule(types, attrs):
 
 
 def _partition_load_eval(ctx, attrs, p, *index):
-    return load_tile(ctx, p.tensor, tuple(int(i) for i in index), p.tile_shape, p.padding)
+    index = tuple(int(i) for i in index)
+    fill = attrs.get("padding_value")
+    if fill is not None and any(i < 0 or i >= g for i, g in zip(index, p.grid())):
+        return np.full(p.tile_shape, fill, dtype=p.tensor.dtype.compute)
+    return load_tile(ctx, p.tensor, index, p.tile_shape, p.padding)
 
 
 op("partition_load", "Load the tile at tile coordinates ``index`` of a partition.",
    _partition_load_rule, _partition_load_eval, effect="read")
 
 
-def _build_partition_load(b, p, *index, latency=None, allow_tma=None):
-    """p.load(index, *, latency=None, allow_tma=None) -> tile
+def _build_partition_load(b, p, *index, padding=None, latency=None, allow_tma=None):
+    """p.load(index, *, padding=None, latency=None, allow_tma=None) -> tile
 
     The tile at tile coordinates ``index`` (one integer per axis, e.g. ``p.load((i, k))`` or
-    ``p.load(i, k)``). Elements past the tensor's edge read as the partition's padding; an index
-    outside the tile grid is an error.
+    ``p.load(i, k)``). Elements past the tensor's edge read as the partition's padding. An index
+    outside the tile grid is an error on every device (``IndexOutOfRangeError``: raised at the
+    access on the interpreter, when the launch's stream is next synchronized on a GPU), unless
+    ``padding`` is given: then such a tile reads as ``padding`` everywhere. The GPU checks an
+    index only where the compiler cannot prove it in range (static extents, ``const_grid``,
+    ``for k in range(p.num_tiles(axis))``).
     """
     if len(index) == 1 and isinstance(index[0], tuple):
         index = index[0]
+    attrs = access_hints(b, latency, allow_tma)
+    if padding is not None:
+        attrs["padding_value"] = _fill_value(b, padding, p.type.tensor.dtype, "padding")
     return b.emit1("partition_load", (p, *(b.scalar_int(i, "partition index") for i in index)),
-                   access_hints(b, latency, allow_tma))
+                   attrs)
+
+
+def _fill_value(b, value, dtype: DType, what: str):
+    """A compile-time Python number that ``dtype`` can hold (the value of padded reads)."""
+    if not isinstance(value, (bool, int, float)) or not dtype.fits(value):
+        raise b.error(DTypeError, f"{what} {value!r} must be a compile-time number that "
+                      f"{dtype.short} can hold", f"e.g. {what}=0")
+    return value
 
 
 builtin("partition_load", _build_partition_load.__doc__, _build_partition_load,

@@ -15,7 +15,7 @@ It builds modules with the ``bytecode`` package and reads ``tilesafe.compiler``,
 build on it (``tests/tileir/test_tileir_layers.py`` checks this).
 """
 
-from . import arith, control, memory, tile  # noqa: F401 (registers the op lowerings)
+from . import arith, control, indexed, memory, tile  # noqa: F401 (registers the op lowerings)
 from .context import LoweringContext, PartitionArg, TensorArg, lowers, scalar_type
 from .kernel import (AbiArg, Facts, abi_signature, lower_kernel, normalize_facts,
                      waits_for_predecessor)

@@ -118,6 +118,10 @@ class LoweringContext:
         self._terminators: list[Callable[[list[Value]], None]] = []
         self._loop_exits: list[dict[str, Callable[[list[Value]], None]]] = []
         self._touches: dict[int, bool] = {}
+        #: the fault record's address (a rank-0 ``ptr<i64>``), when the kernel has checked
+        #: accesses, and each checked access's site number (``lower/checks.py``), by op id
+        self.fault_record: Optional[Value] = None
+        self.checked_sites: dict[int, int] = {}
 
     # -- values ----------------------------------------------------------------------------------
 

@@ -26,6 +26,9 @@ IR param kind   entry parameters
 ``pointer``     ``ptr``: the address of the tensor's element 0 (raw, unsafe)
 =============== ==========================================================================
 
+A kernel with bounds-checked accesses (``compiler.bounds.checked_accesses``) takes one more
+parameter after them all: the address of its fault record (``lower/checks.py``).
+
 ``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
 (the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
 tile-block count, the block (1, 1, 1) and dynamic shared memory 0: the launcher
@@ -87,19 +90,20 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
+from ....compiler.bounds import checked_accesses
 from ....compiler.hints import arch_hints, factors_by_name
 from ....compiler.ir import KernelIR, KernelParam
 from ....compiler.types import MappedPartitionType, TensorViewType
 from ....dtypes import DType
 from ....errors import CompileError
-from ..bytecode import (I8, I32, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
+from ..bytecode import (I8, I32, I64, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
                         Signedness, TileType, Value)
 from .context import PADDING, LoweringContext, TensorArg, memory_type, scalar_type
 from .context import source_location
 from .memory import view_requests
 
 __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
-           "Facts"]
+           "Facts", "FAULT_RECORD"]
 
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
@@ -142,7 +146,14 @@ def abi_signature(kernel: KernelIR) -> list[AbiArg]:
         else:
             raise CompileError(f"parameter '{p.name}' has an unknown kind {p.kind!r}",
                                kernel.location, kernel=kernel.name)
+    if checked_accesses(kernel):
+        out.append(AbiArg(FAULT_RECORD, "ptr", "ptr"))
     return out
+
+
+#: the name of the trailing entry parameter of a kernel with checked accesses: its fault
+#: record's address (``lower/checks.py``)
+FAULT_RECORD = "<fault record>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,6 +244,9 @@ def _param_types(kernel: KernelIR) -> list[TileType]:
     types = []
     dtypes = {p.name: p.value.type.dtype for p in kernel.params}
     for arg in abi_signature(kernel):
+        if arg.param == FAULT_RECORD:
+            types.append(TileType(PointerType(I64)))
+            continue
         dtype: DType = dtypes[arg.param]
         if arg.dtype == "ptr":
             types.append(TileType(PointerType(memory_type(dtype))))
@@ -282,6 +296,8 @@ def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
             int(known) if known is not None else _div_by(lw, stride, div)
             for stride, known, div in zip(raw_strides, exact, strides_div)]
         lw.set(p.value, TensorArg(p.name, t.dtype, ptr, dims, strides))
+    if lw.checked_sites:
+        lw.fault_record = next(entry_values)
 
 
 def _make_views(lw: LoweringContext) -> None:
@@ -345,6 +361,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     lw = LoweringContext(kernel, module, fn, inbounds=bool(inbounds), debug=location is not None)
     ops = list(kernel.walk())
     names = {op.name for op in ops}
+    lw.checked_sites = {id(op): site for site, op in enumerate(checked_accesses(kernel), 1)}
     _bind_params(lw, checked_facts)
     if waits_for_predecessor(version) and any(lw.accesses_memory(op) for op in ops):
         lw.gate = fn.gdc_wait()

@@ -29,8 +29,9 @@ from ....compiler.ir import Value as IRValue
 from ....shapes import tile_grid
 from ....compiler.types import MappedPartitionType
 from ....dtypes import DType
-from ..bytecode import I32, I64, RoundingMode, Signedness, TileType, Value
+from ..bytecode import I1, I32, I64, RoundingMode, Signedness, TileType, Value
 from .arith import convert
+from .checks import as_i64, all_of, in_range, report_unless
 from .context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
                       signedness)
 
@@ -182,10 +183,35 @@ def lower_make_partition(lw: LoweringContext, op: Operation) -> None:
 
 @lowers("partition_load")
 def lower_partition_load(lw: LoweringContext, op: Operation) -> None:
+    """The tile at ``index`` through the partition view (padded past the tensor's edge, and
+    entirely padding for a tile outside the grid). A checked access (see
+    ``compiler.bounds``) reports an index outside the grid to the fault record; one with
+    ``padding=`` reads that value there instead."""
     p, *index = lw.operands(op)
-    indices = [lw.index_i32(v, ir.type.dtype) for v, ir in zip(index, op.operands[1:])]
-    lw.set_result(op, load_view(lw, p.view, indices, p.tensor.dtype,
-                                ordered=lw.needs_token(op), hints=access_hints(op)))
+    dtypes = [ir.type.dtype for ir in op.operands[1:]]
+    indices = [lw.index_i32(v, d) for v, d in zip(index, dtypes)]
+    site = lw.checked_sites.get(id(op))
+    fill = op.attrs.get("padding_value")
+    inside = None
+    if site is not None or fill is not None:
+        bounds = [tile_count(lw, p.tensor, axis, tile) for axis, tile in enumerate(p.tile_shape)]
+        flags = [in_range(lw, v, d.is_signed, b) for v, d, b in zip(index, dtypes, bounds)]
+        inside = all_of(lw, flags)
+        if site is not None:
+            report_unless(lw, site, inside, [
+                (lw.fn.xori(flag, lw.fn.constant(True, TileType(I1))),
+                 as_i64(lw, v, d.is_signed), b)
+                for flag, v, d, b in zip(flags, index, dtypes, bounds)])
+    tile = load_view(lw, p.view, indices, p.tensor.dtype, ordered=lw.needs_token(op),
+                     hints=access_hints(op))
+    if fill is not None:
+        dtype = p.tensor.dtype
+        padded = (lw.fn.constant(bool(fill), TileType(I1, tuple(p.tile_shape))) if dtype.is_bool
+                  else lw.constant(fill, dtype, tuple(p.tile_shape)))
+        cond = lw.fn.broadcast(lw.fn.reshape(inside, (1,) * len(p.tile_shape)),
+                               tuple(p.tile_shape))
+        tile = lw.fn.select(cond, tile, padded)
+    lw.set_result(op, tile)
 
 
 # ---------------------------------------------------------------------------------------------

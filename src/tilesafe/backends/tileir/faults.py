@@ -1,0 +1,87 @@
+"""Fault records: how a GPU kernel's failed bounds check reaches the host (safety rule 10).
+
+A kernel with checked accesses (``compiler.bounds.checked_accesses``) writes its first failed
+check into a small record of host-visible memory (layout: ``lower/checks.py``). Each executable
+of such a kernel owns one :class:`FaultRecord`; every launch of it lends the record to the
+launch, and the borrow ends when the stream the launch ran on is synchronized (the stream calls
+``_spend``, as for a borrowed partition): then the host reads the record and, if a check
+failed, clears it and raises :class:`~tilesafe.errors.IndexOutOfRangeError` naming the kernel,
+the access's file:line, the tile program and the index, in the words the interpreter uses.
+
+The access itself read padding (a bounds-checked view or a masked gather), so no memory
+outside the tensors was touched. Launches of one executable share its record: two launches of
+the same kernel in flight on different streams report the first failure to whichever stream is
+synchronized first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ...compiler.bounds import checked_accesses, out_of_range_message
+from ...compiler.ir import KernelIR
+from ...driver import cuda
+from ...errors import IndexOutOfRangeError
+from .lower.checks import FAULT_WORDS, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE
+
+__all__ = ["FaultRecord", "fault_record_for"]
+
+
+class FaultRecord:
+    """The fault record of one executable of ``kernel`` on device ``index``."""
+
+    def __init__(self, kernel: KernelIR, memory: Any):
+        """``memory``: ``FAULT_WORDS`` zeroed int64 words the kernel can write (``words``, a
+        numpy view the host reads, and ``address``, the device address)."""
+        self.kernel_name = kernel.name
+        self.sites = checked_accesses(kernel)
+        self._memory = memory
+        self.address = memory.address
+
+    def _spend(self, why: str, where: Any) -> None:
+        """The launch that borrowed the record has completed: raise what it reported."""
+        error = self.take()
+        if error is not None:
+            raise error
+
+    def take(self) -> Optional[IndexOutOfRangeError]:
+        """The error a completed launch reported (clearing the record), or None."""
+        words = self._memory.words
+        site = int(words[WORD_SITE])
+        if site == 0:
+            return None
+        record = [int(w) for w in words]
+        words[:] = 0
+        return self._describe(site, record)
+
+    def _describe(self, site: int, record: list[int]) -> IndexOutOfRangeError:
+        if not 1 <= site <= len(self.sites):
+            return IndexOutOfRangeError(f"kernel '{self.kernel_name}' reported a failed bounds "
+                                        f"check at an unknown site {site}")
+        op = self.sites[site - 1]
+        rank = _rank(op)
+        index = record[WORD_INDEX:WORD_INDEX + rank]
+        bounds = record[WORD_BOUND:WORD_BOUND + rank]
+        if op.name != "partition_load":
+            bad = record[WORD_AXES]
+            index = [i if bad >> axis & 1 else None for axis, i in enumerate(index)]
+        program = tuple(record[WORD_PROGRAM:WORD_PROGRAM + 3])
+        where = f"{op.location}: " if op.location else ""
+        return IndexOutOfRangeError(
+            f"{where}in kernel '{self.kernel_name}', tile program {program}: "
+            f"{out_of_range_message(op.name, index, bounds)} (found by the GPU's bounds check; "
+            f"the access read padding, and the error is raised where the launch's stream was "
+            f"synchronized)")
+
+
+def _rank(op) -> int:
+    """The number of index axes of a checked access (its operands after the tensor)."""
+    return len(op.operands) - 1
+
+
+def fault_record_for(kernel: KernelIR, index: int) -> Optional[FaultRecord]:
+    """A fault record for an executable of ``kernel`` on device ``index``, if it has checked
+    accesses."""
+    if not checked_accesses(kernel):
+        return None
+    return FaultRecord(kernel, cuda.MappedWords(index, FAULT_WORDS))
