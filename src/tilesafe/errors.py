@@ -22,6 +22,7 @@ tensor unchanged and usable.
     │   │   ├── ExtentMismatchError  a static (or name-bound) extent of an argument differs
     │   │   └── DeviceMismatchError  arguments on different devices
     │   ├── PartitionError           partition does not fit the launch (grid, map)
+    │   │   ├── PositionsError       an indexed partition's positions repeat or leave the grid
     │   │   ├── PartitionRankError   a partition of rank > 3 (the CUDA grid's limit)
     │   │   └── TileShapeMismatchError  partition tile shape differs from the kernel's
     │   ├── OwnershipError           ownership discipline violated
@@ -198,6 +199,13 @@ class DeviceMismatchError(ArgumentError):
 
 class PartitionError(LaunchError):
     """A partition does not fit the kernel (rank, tile shape, grid)."""
+
+
+class PositionsError(PartitionError):
+    """The positions of an indexed partition (``partition(tile, at=positions)``) name a tile
+    outside the tile grid, or one tile twice: the launch writes nothing. Found before any
+    program writes: on the host for positions in host memory, by the kernel itself on a GPU
+    (raised when the launch's stream is synchronized). The message names the position."""
 
 
 class PartitionRankError(PartitionError):

@@ -43,7 +43,8 @@ class KernelArg:
     ``"pointer"`` (a raw pointer) or ``"scalar"``. For memory, ``data`` is the allocation's
     storage (a 1-D numpy array on ``cpu``, a device buffer on ``cuda``), ``offset`` the view's
     element offset, ``shape``/``strides`` in elements; partitions add their tile shape,
-    mapped partitions their map shape. A scalar has its ``value``."""
+    mapped partitions their map shape, an indexed partition its ``positions`` (an ``(n, rank)``
+    integer tensor argument). A scalar has its ``value``."""
 
     name: str
     kind: str
@@ -56,6 +57,7 @@ class KernelArg:
     strides: tuple[int, ...] = ()
     tile_shape: tuple[int, ...] = ()
     map_shape: tuple[int, ...] = ()
+    positions: Optional["KernelArg"] = None
 
     def array(self) -> Any:
         """A writable strided numpy view of the elements (where the host can address them)."""

@@ -10,6 +10,7 @@ functions (``compiler.ops``) read them. Plain data: this module imports only ``d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -48,9 +49,18 @@ class PointerBinding:
 
 @dataclass(frozen=True)
 class MutTensorBinding(TensorBinding):
-    """A partitioned output: the whole tensor and the partition's tile shape."""
+    """A partitioned output: the whole tensor and the partition's tile shape; for an indexed
+    partition, ``positions``: an ``(n, rank)`` int64 array, program ``i`` owning the tile at
+    ``positions[i]``."""
 
     tile_shape: tuple[int, ...] = ()
+    positions: Optional[np.ndarray] = None
+
+    def own_index(self, program_id: tuple) -> tuple:
+        """The tile coordinates of the sub-tensor program ``program_id`` owns."""
+        if self.positions is not None:
+            return tuple(int(i) for i in self.positions[program_id[0]])
+        return tuple(program_id[:self.data.ndim])
 
     def grid(self) -> tuple[int, ...]:
         return tile_grid(self.data.shape, self.tile_shape)

@@ -23,11 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
+
 from ..shapes import tile_grid
 from .ir import KernelIR, Operation, Value
-from .types import PartitionViewType, TileType
+from .types import PartitionViewType, TensorViewType, TileType
 
-__all__ = ["Range", "index_ranges", "checked_accesses", "CHECKED_OPS", "out_of_range_message"]
+__all__ = ["Range", "index_ranges", "checked_accesses", "CHECKED_OPS", "out_of_range_message",
+           "positions_message", "positions_problem", "indexed_params", "fault_sites"]
 
 #: the ops whose indices are data-dependent and bounds-checked on every device
 CHECKED_OPS = ("partition_load", "gather")
@@ -242,6 +245,22 @@ def checked_accesses(kernel: KernelIR) -> list[Operation]:
     return out
 
 
+def indexed_params(kernel: KernelIR) -> list:
+    """The ``tc.MutTensor`` parameters of ``kernel`` bound to indexed partitions: each launch
+    validates their positions (distinct, inside the tile grid) before any program writes."""
+    return [p for p in kernel.params
+            if isinstance(p.value.type, TensorViewType) and p.value.type.mutable
+            and p.value.type.positions is not None]
+
+
+def fault_sites(kernel: KernelIR) -> list:
+    """What a GPU kernel reports to its fault record, numbered from 1 in this order: its
+    checked accesses (operations), then the positions of its indexed partitions (parameters;
+    validated even in an ``unchecked_accesses`` kernel: two programs writing one tile would
+    race)."""
+    return checked_accesses(kernel) + indexed_params(kernel)
+
+
 def out_of_range_message(op_name: str, index: Sequence[Optional[int]],
                          bounds: Sequence[Optional[int]]) -> str:
     """The words both devices use for an index that failed its check: for a partition, the
@@ -255,3 +274,40 @@ def out_of_range_message(op_name: str, index: Sequence[Optional[int]],
     return "gather index " + "; ".join(parts)
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# the positions of an indexed partition (safety rule 11)
+
+
+def positions_message(row: int, position: Sequence[int], grid: Sequence[int],
+                      repeats: Optional[int] = None, duplicate: bool = False) -> str:
+    """The words both devices use for positions that fail: ``positions[row]`` outside the
+    tile ``grid``, or (``duplicate``) naming a tile another row names too (``repeats``, when
+    known)."""
+    at = f"positions[{row}] = {tuple(int(i) for i in position)}"
+    if not duplicate:
+        return (f"{at} is outside the tile grid {tuple(int(g) for g in grid)}: the launch "
+                "wrote nothing")
+    other = f"positions[{repeats}]" if repeats is not None else "another row"
+    return (f"{at} names the same tile as {other}: two programs would own it, so the launch "
+            "wrote nothing")
+
+
+def positions_problem(positions, grid: Sequence[int]) -> Optional[str]:
+    """Why the ``(n, rank)`` integer array ``positions`` cannot index a partition with this
+    tile ``grid`` (the first row outside the grid, else the first row that repeats an earlier
+    one), or None."""
+    rows = np.asarray(positions, dtype=np.int64).reshape(len(positions), -1)
+    limits = np.asarray(grid, dtype=np.int64)
+    outside = np.any((rows < 0) | (rows >= limits), axis=1)
+    if np.any(outside):
+        row = int(np.argmax(outside))
+        return positions_message(row, rows[row], grid)
+    seen: dict = {}
+    for row, position in enumerate(map(tuple, rows.tolist())):
+        if position in seen:
+            return positions_message(row, position, grid, repeats=seen[position],
+                                     duplicate=True)
+        seen[position] = row
+    return None

@@ -35,7 +35,8 @@ from .types import (MAX_PARTITION_RANK, MappedPartitionType, PointerType, Tensor
 class ArgInfo:
     """What the compiler needs to know about one launch argument.
 
-    kind: ``"tensor"``, ``"partition"``, ``"mapped"`` (``value`` holds the map shape),
+    kind: ``"tensor"``, ``"partition"`` (``value``: the dtype of an indexed partition's
+    positions, else None), ``"mapped"`` (``value`` holds the map shape),
     ``"const"`` (a Python value, for constants and runtime scalars) or ``"unbound"`` (a
     ``tc.Const`` the caller left out, for :func:`specialize` to bind from the arguments'
     shapes: :data:`UNBOUND`).
@@ -319,7 +320,7 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo,
             raise PartitionError(f"{label}: {problem}", where,
                                  hint="partition with powers of two (e.g. 1024 or (64, 64)); "
                                  "edge tiles are masked, so extents need not divide")
-        return TensorViewType(a.dtype, tile, True)
+        return TensorViewType(a.dtype, tile, True, positions=a.value)
     if len(spec.shape) != len(a.shape):
         raise RankMismatchError(f"{label} must have rank {len(spec.shape)}, got shape {a.shape}",
                             where, hint="reshape the tensor on the host (t.reshape)")

@@ -62,11 +62,15 @@ class TensorViewType:
             is the static tile shape of the program's own sub-tensor.
         mutable: True for a ``tc.MutTensor`` (exclusive sub-tensor), False for a shared
             read-only ``tc.Tensor``.
+        positions: for a MutTensor bound to an indexed partition (``partition(tile,
+            at=positions)``), the integer dtype of the positions: program ``i`` owns the tile
+            at ``positions[i]``; None when program ``(x, y, z)`` owns tile ``(x, y, z)``.
     """
 
     dtype: DType
     shape: tuple[Optional[int], ...]
     mutable: bool
+    positions: Optional[DType] = None
 
     @property
     def rank(self) -> int:
@@ -75,7 +79,8 @@ class TensorViewType:
     def __str__(self) -> str:
         dims = "x".join("?" if d is None else str(d) for d in self.shape)
         kind = "mut_tensor" if self.mutable else "tensor"
-        return f"{kind}<{dims}x{self.dtype.short}>"
+        at = f" at positions<{self.positions.short}>" if self.positions is not None else ""
+        return f"{kind}<{dims}x{self.dtype.short}{at}>"
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from ..shapes import MAX_GRID_RANK, tile_grid
 class Partition:
     """A tensor split into tiles of ``tile_shape``; passed to a ``tc.MutTensor`` parameter."""
 
-    __slots__ = ("_tensor", "_tile_shape", "_spent_at", "_spent_why", "_borrowed_from")
+    __slots__ = ("_tensor", "_tile_shape", "_spent_at", "_spent_why", "_borrowed_from",
+                 "_positions")
 
     def __init__(self, tensor: Any, tile_shape: "int | Sequence[int]", *,
-                 borrowed_from: Optional[Any] = None):
+                 borrowed_from: Optional[Any] = None, positions: Optional[Any] = None):
         tile = (tile_shape,) if isinstance(tile_shape, (int, np.integer)) else tuple(tile_shape)
         if any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 1
                for t in tile):
@@ -48,11 +49,14 @@ class Partition:
             raise PartitionError(f"tile shape {tile} has rank {len(tile)} but the tensor has "
                                  f"shape {tensor.shape}", caller_location(),
                                  hint="give one tile extent per tensor dimension")
+        if positions is not None:
+            _check_positions(positions, tensor, len(tile), caller_location())
         self._tensor = tensor
         self._tile_shape = tile
         self._spent_at: Optional[Location] = None
         self._spent_why = ""
         self._borrowed_from = borrowed_from
+        self._positions = positions
 
     # -- metadata (read-only) ---------------------------------------------------------------
     @property
@@ -78,9 +82,23 @@ class Partition:
         return self._borrowed_from is not None
 
     @property
-    def grid(self) -> tuple[int, ...]:
+    def positions(self) -> Optional[Any]:
+        """For an indexed partition, the integer tensor of tile coordinates (``(n, rank)``, or
+        ``(n,)`` for rank 1): program ``i`` owns the tile at ``positions[i]``; else None."""
+        return self._positions
+
+    @property
+    def tile_grid(self) -> tuple[int, ...]:
         """Number of tiles per axis: ``ceil(extent / tile)``."""
         return tile_grid(self._tensor.shape, self.tile_shape)
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """The launch grid: the tile grid, or ``(n,)`` (one program per position) for an
+        indexed partition."""
+        if self._positions is not None:
+            return (self._positions.shape[0],)
+        return self.tile_grid
 
     # -- ownership ------------------------------------------------------------------------
     def _check_usable(self, action: str) -> None:
@@ -120,14 +138,48 @@ class Partition:
         of GM tile rows, ``(GM, GN)`` blocks of GM x GN tiles.
         """
         self._check_usable("map it")
+        if self._positions is not None:
+            raise PartitionError("an indexed partition cannot be mapped: its programs already "
+                                 "own the tiles its positions name", caller_location(),
+                                 hint="map a partition made without at=")
         return MappedPartition(self, map_shape, num_tile_blocks)
 
     def __repr__(self) -> str:
         if self._spent_at is not None:
             return f"Partition(<{self._spent_why} at {self._spent_at}>)"
         kind = "borrowed " if self.is_borrowed else ""
+        at = (f", at={self._positions.shape[0]} positions" if self._positions is not None
+              else "")
         return (f"Partition({kind}shape={self._tensor.shape}, tile_shape={self.tile_shape}, "
-                f"grid={self.grid}, dtype={self._tensor.dtype.short})")
+                f"grid={self.grid}{at}, dtype={self._tensor.dtype.short})")
+
+
+def _check_positions(positions: Any, tensor: Any, rank: int, where: Location) -> None:
+    """What ``partition(tile, at=positions)`` needs of ``positions`` before any launch: an
+    integer tensor of ``(n, rank)`` tile coordinates (``(n,)`` for rank 1) on the tensor's
+    device. Whether they are in range and distinct is checked by every launch (the values
+    can change between launches)."""
+    if not hasattr(positions, "_alloc"):
+        raise PartitionError(f"positions must be a tilesafe tensor of tile coordinates, got "
+                             f"{type(positions).__name__}", where,
+                             hint="e.g. at=ts.tensor(np.array([[0, 3], [2, 1]], np.int32))"
+                             " (a DeviceOp: .sync() it first)")
+    dtype = positions.dtype
+    if not dtype.is_int:
+        raise PartitionError(f"positions must hold integers, got {dtype.short}", where,
+                             hint="convert them: positions.astype(ts.int32)")
+    shape = positions.shape
+    if not (len(shape) == 2 and shape[1] == rank or len(shape) == 1 and rank == 1):
+        want = "(n,) or (n, 1)" if rank == 1 else f"(n, {rank})"
+        raise PartitionError(f"positions of shape {shape} for a rank-{rank} partition: give "
+                             f"one row of {rank} tile coordinate(s) per program, {want}", where)
+    if positions.device != tensor.device:
+        raise PartitionError(f"positions are on {positions.device}, the tensor on "
+                             f"{tensor.device}", where,
+                             hint=f"move them: positions.to('{tensor.device}').sync()")
+    if shape[0] >= 1 << 31:
+        raise PartitionError(f"{shape[0]} positions: a launch has fewer than 2**31 programs",
+                             where)
 
 
 class MappedPartition:
@@ -211,9 +263,12 @@ class BorrowMut:
     def __init__(self, tensor: Any):
         self._tensor = tensor
 
-    def partition(self, tile_shape: "int | Sequence[int]") -> Partition:
+    def partition(self, tile_shape: "int | Sequence[int]", *,
+                  at: Optional[Any] = None) -> Partition:
         """A partition that writes the borrowed tensor in place. The launch that takes it
-        borrows the tensor exclusively until it completes."""
+        borrows the tensor exclusively until it completes. With ``at`` (an integer tensor of
+        tile coordinates, see ``Tensor.partition``) program ``i`` owns the tile at
+        ``at[i]``."""
         t = self._tensor
         t._check_access("borrow this tensor mutably", write=True, in_pipeline=True)
-        return Partition(t._alias(), tile_shape, borrowed_from=t)
+        return Partition(t._alias(), tile_shape, borrowed_from=t, positions=at)

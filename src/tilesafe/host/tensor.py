@@ -218,14 +218,22 @@ class Tensor:
             data = self._read_storage()  # a fresh copy
         return self.dtype.to_compute(data)
 
-    def partition(self, tile_shape: "int | Sequence[int]") -> "Partition":
+    def partition(self, tile_shape: "int | Sequence[int]", *,
+                  at: "Optional[Tensor]" = None) -> "Partition":
         """Move this tensor into a partition of ``tile_shape`` tiles (one per tile program).
 
         The tensor (and its views) can no longer be used; ``partition.unpartition()`` gives it
         back. To partition without moving, use ``ts.borrow_mut(t).partition(tile_shape)``.
+
+        With ``at`` (an integer tensor of tile coordinates, shape ``(n, rank)`` or ``(n,)``
+        for rank 1) the partition is *indexed*: the launch has ``n`` programs and program
+        ``i`` owns the tile at ``at[i]`` (a KV-cache row, a token's expert slot). Every launch
+        proves the positions distinct and inside the tile grid before any program writes (on
+        the host for host memory, in the kernel on a GPU); otherwise it writes nothing and
+        raises ``PositionsError``. The kernel's ``tc.MutTensor`` is an ordinary one.
         """
         where = caller_location()
-        partition = Partition(self._alias(), tile_shape)  # (a refused tile shape moves nothing)
+        partition = Partition(self._alias(), tile_shape, positions=at)  # (refused: no move)
         self._move(where, "partition this tensor")
         return partition
 

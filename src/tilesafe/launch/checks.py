@@ -116,6 +116,8 @@ def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
             yield p, a.partition, a.partition._tensor, True
         elif isinstance(a, Partition):
             yield p, a, a._tensor, True
+            if a.positions is not None:  # an indexed partition reads its positions
+                yield p, a.positions, a.positions, False
         elif isinstance(a, Tensor):
             yield p, a, a, isinstance(p.spec, PointerSpec)
 
@@ -167,8 +169,11 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
         return ArgInfo("mapped", t.dtype, t.shape, value.partition.tile_shape, value.map_shape)
     if isinstance(value, Partition):
         value._check_usable("launch with it")
-        t = value._tensor
-        return ArgInfo("partition", t.dtype, t.shape, value.tile_shape)
+        t, positions = value._tensor, value.positions
+        if positions is not None:
+            positions._check_usable("launch with the positions of an indexed partition")
+        return ArgInfo("partition", t.dtype, t.shape, value.tile_shape,
+                       positions.dtype if positions is not None else None)
     if isinstance(value, Tensor):
         value._check_usable("launch with it")
         return ArgInfo("tensor", value.dtype, value.shape)
@@ -304,8 +309,21 @@ def kernel_args(params: Sequence[Param], args: Sequence[Any]) -> list[KernelArg]
         described.append(KernelArg(p.name, kind, t.dtype, data=t._alloc.data,
                                    platform=platform_of(t.device), offset=t._offset,
                                    shape=t.shape, strides=t.strides, tile_shape=tile_shape,
-                                   map_shape=map_shape))
+                                   map_shape=map_shape, positions=_positions_arg(p, a)))
     return described
+
+
+def _positions_arg(p: Param, a: Any) -> Optional[KernelArg]:
+    """The positions of an indexed partition, as an ``(n, rank)`` tensor argument."""
+    positions = a.positions if isinstance(a, Partition) else None
+    if positions is None:
+        return None
+    shape, strides = positions.shape, positions.strides
+    if len(shape) == 1:
+        shape, strides = (shape[0], 1), (strides[0], 1)
+    return KernelArg(f"{p.name} positions", "tensor", positions.dtype,
+                     data=positions._alloc.data, platform=platform_of(positions.device),
+                     offset=positions._offset, shape=shape, strides=strides)
 
 
 def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Sequence[int]],

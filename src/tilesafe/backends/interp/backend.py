@@ -14,9 +14,11 @@ import numpy as np
 
 from ...compiler.bindings import (MappedBinding, MutTensorBinding, PointerBinding,
                                   TensorBinding)
+from ...compiler.bounds import positions_problem
 from ...compiler.ir import KernelIR
 from ...driver.device import Device
 from ...driver.stream import Stream
+from ...errors import PositionsError
 from ..base import KernelArg, Stage, Target
 from .executor import InterpretedKernel
 
@@ -28,10 +30,24 @@ def binding(arg: KernelArg) -> Any:
     if arg.kind == "pointer":
         return PointerBinding(arg.data, arg.offset, arg.dtype)
     if arg.kind == "mapped":
-        return MappedBinding(arg.array(), arg.dtype, arg.tile_shape, arg.map_shape)
+        return MappedBinding(arg.array(), arg.dtype, arg.tile_shape, map_shape=arg.map_shape)
     if arg.kind == "partition":
-        return MutTensorBinding(arg.array(), arg.dtype, arg.tile_shape)
+        positions = arg.positions.array() if arg.positions is not None else None
+        return MutTensorBinding(arg.array(), arg.dtype, arg.tile_shape, positions)
     return TensorBinding(arg.array(), arg.dtype)
+
+
+def check_positions(kernel_name: str, bindings: Sequence[Any], names: Sequence[str]) -> None:
+    """Refuse a launch whose indexed partition's positions leave the tile grid or repeat,
+    before any program runs (the positions are read as they are when the launch runs)."""
+    for b, name in zip(bindings, names):
+        if isinstance(b, MutTensorBinding) and b.positions is not None:
+            problem = positions_problem(b.positions, b.grid())
+            if problem:
+                raise PositionsError(f"kernel '{kernel_name}', the indexed partition "
+                                     f"'{name}': {problem}",
+                                     hint="give each program a distinct tile inside the "
+                                     "partition's tile grid")
 
 
 class InterpretedLaunch:
@@ -39,11 +55,13 @@ class InterpretedLaunch:
 
     enqueues_only = False
 
-    def __init__(self, kernel: InterpretedKernel, bindings: list, grid: tuple[int, int, int]):
-        self.kernel, self.bindings, self.grid = kernel, bindings, grid
+    def __init__(self, kernel: InterpretedKernel, bindings: list, grid: tuple[int, int, int],
+                 names: Sequence[str]):
+        self.kernel, self.bindings, self.grid, self.names = kernel, bindings, grid, names
 
     def launch(self, stream: Stream) -> None:
         with stream.order_lock:  # the host runs a stream's work in order, one at a time
+            check_positions(self.kernel.kernel.name, self.bindings, self.names)
             self.kernel.run(self.bindings, self.grid)
 
 
@@ -54,7 +72,8 @@ class InterpretedExecutable:
         self.kernel = kernel
 
     def bind(self, args: Sequence[KernelArg], grid: tuple[int, int, int]) -> InterpretedLaunch:
-        return InterpretedLaunch(self.kernel, [binding(a) for a in args], grid)
+        return InterpretedLaunch(self.kernel, [binding(a) for a in args], grid,
+                                 [a.name for a in args])
 
 
 class InterpreterBackend:

@@ -35,13 +35,21 @@ def pack_arguments(args: Sequence[KernelArg]) -> list[Any]:
         packed.append(arg.address())
         if arg.kind == "pointer":
             continue
-        for n in (*arg.shape, *arg.strides):
-            if not -_I32_MAX - 1 <= n <= _I32_MAX:
-                raise ArgumentError(f"argument '{arg.name}': extent or stride {n} does not fit "
-                                    "the i32 kernel ABI", hint="split the tensor into smaller "
-                                    "views")
-            packed.append(np.int32(n))
+        _pack_i32(packed, arg.name, (*arg.shape, *arg.strides))
+        if arg.positions is not None:  # an indexed partition: its (n, rank) positions
+            positions = arg.positions
+            packed.append(positions.address())
+            _pack_i32(packed, positions.name, (positions.shape[0], *positions.strides))
     return packed
+
+
+def _pack_i32(packed: list, name: str, values: Sequence[int]) -> None:
+    for n in values:
+        if not -_I32_MAX - 1 <= n <= _I32_MAX:
+            raise ArgumentError(f"argument '{name}': extent or stride {n} does not fit "
+                                "the i32 kernel ABI", hint="split the tensor into smaller "
+                                "views")
+        packed.append(np.int32(n))
 
 
 class TileIRExecutable:

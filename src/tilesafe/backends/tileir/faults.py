@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...compiler.bounds import checked_accesses, out_of_range_message
+from ...compiler.bounds import fault_sites, out_of_range_message, positions_message
 from ...compiler.ir import KernelIR
 from ...driver import cuda
-from ...errors import IndexOutOfRangeError
+from ...errors import IndexOutOfRangeError, PositionsError, TilesafeError
 from .lower.checks import FAULT_WORDS, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE
 
 __all__ = ["FaultRecord", "fault_record_for"]
@@ -34,7 +34,7 @@ class FaultRecord:
         """``memory``: ``FAULT_WORDS`` zeroed int64 words the kernel can write (``words``, a
         numpy view the host reads, and ``address``, the device address)."""
         self.kernel_name = kernel.name
-        self.sites = checked_accesses(kernel)
+        self.sites = fault_sites(kernel)
         self._memory = memory
         self.address = memory.address
 
@@ -44,7 +44,7 @@ class FaultRecord:
         if error is not None:
             raise error
 
-    def take(self) -> Optional[IndexOutOfRangeError]:
+    def take(self) -> Optional[TilesafeError]:
         """The error a completed launch reported (clearing the record), or None."""
         words = self._memory.words
         site = int(words[WORD_SITE])
@@ -54,11 +54,22 @@ class FaultRecord:
         words[:] = 0
         return self._describe(site, record)
 
-    def _describe(self, site: int, record: list[int]) -> IndexOutOfRangeError:
+    def _describe(self, site: int, record: list[int]) -> TilesafeError:
         if not 1 <= site <= len(self.sites):
             return IndexOutOfRangeError(f"kernel '{self.kernel_name}' reported a failed bounds "
                                         f"check at an unknown site {site}")
         op = self.sites[site - 1]
+        if not hasattr(op, "operands"):  # an indexed partition's positions (a parameter)
+            rank = len(op.value.type.shape)
+            problem = positions_message(record[WORD_PROGRAM],
+                                        record[WORD_INDEX:WORD_INDEX + rank],
+                                        record[WORD_BOUND:WORD_BOUND + rank],
+                                        duplicate=record[WORD_AXES] == 2)
+            return PositionsError(f"kernel '{self.kernel_name}', the indexed partition "
+                                  f"'{op.name}': {problem} (found by the kernel before any "
+                                  "program wrote; raised where the launch's stream was "
+                                  "synchronized)", hint="give each program a distinct tile "
+                                  "inside the partition's tile grid")
         rank = _rank(op)
         index = record[WORD_INDEX:WORD_INDEX + rank]
         bounds = record[WORD_BOUND:WORD_BOUND + rank]
@@ -82,6 +93,6 @@ def _rank(op) -> int:
 def fault_record_for(kernel: KernelIR, index: int) -> Optional[FaultRecord]:
     """A fault record for an executable of ``kernel`` on device ``index``, if it has checked
     accesses."""
-    if not checked_accesses(kernel):
+    if not fault_sites(kernel):
         return None
     return FaultRecord(kernel, cuda.MappedWords(index, FAULT_WORDS))

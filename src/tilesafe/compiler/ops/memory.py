@@ -147,7 +147,7 @@ def _mut_load_rule(types, attrs):
 
 
 def _mut_load_eval(ctx, attrs, z):
-    return load_tile(ctx, z, ctx.program_id[:z.data.ndim], z.tile_shape, what="sub-tensor")
+    return load_tile(ctx, z, z.own_index(ctx.program_id), z.tile_shape, what="sub-tensor")
 
 
 op("mut_load", "Load this program's own sub-tensor (padded at the tensor's edge).",
@@ -163,7 +163,7 @@ def _mut_store_rule(types, attrs):
 
 
 def _mut_store_eval(ctx, attrs, z, tile):
-    store_tile(ctx, z, ctx.program_id[:z.data.ndim], z.tile_shape, tile)
+    store_tile(ctx, z, z.own_index(ctx.program_id), z.tile_shape, tile)
 
 
 op("mut_store", "Store a tile into this program's own sub-tensor (masked at the edge).",
@@ -330,7 +330,7 @@ def _load_like_rule(types, attrs):
 
 
 def _load_like_eval(ctx, attrs, x, z):
-    return load_tile(ctx, x, ctx.program_id[:z.data.ndim], z.tile_shape, attrs["padding"],
+    return load_tile(ctx, x, z.own_index(ctx.program_id), z.tile_shape, attrs["padding"],
                      what="load_tile_like")
 
 

@@ -90,6 +90,22 @@ class TensorArg:
     strides: list[Union[int, Value]]
     view: Optional[Value] = None
     partitions: dict[tuple, Value] = field(default_factory=dict)
+    #: an indexed partition's positions (entry values), and once validated at entry the
+    #: tile coordinates this program owns (``lower/positions.py``)
+    positions: Optional["Positions"] = None
+    own_index: Optional[list] = None
+
+
+@dataclass
+class Positions:
+    """The positions tensor of an indexed partition: its address, row count and strides (rank-0
+    i32 values) and its integer dtype."""
+
+    ptr: Value
+    count: Value
+    stride0: Value
+    stride1: Value
+    dtype: DType
 
 
 @dataclass(frozen=True)

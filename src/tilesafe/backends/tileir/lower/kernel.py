@@ -90,7 +90,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
-from ....compiler.bounds import checked_accesses
+from ....compiler.bounds import fault_sites, indexed_params
 from ....compiler.hints import arch_hints, factors_by_name
 from ....compiler.ir import KernelIR, KernelParam
 from ....compiler.types import MappedPartitionType, TensorViewType
@@ -98,7 +98,8 @@ from ....dtypes import DType
 from ....errors import CompileError
 from ..bytecode import (I8, I32, I64, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
                         Signedness, TileType, Value)
-from .context import PADDING, LoweringContext, TensorArg, memory_type, scalar_type
+from .context import PADDING, LoweringContext, Positions, TensorArg, memory_type, scalar_type
+from .positions import own_positions
 from .context import source_location
 from .memory import view_requests
 
@@ -139,6 +140,10 @@ def abi_signature(kernel: KernelIR) -> list[AbiArg]:
             out.append(AbiArg(p.name, "ptr", "ptr"))
             out += [AbiArg(p.name, f"dim{i}", "i32") for i in range(rank)]
             out += [AbiArg(p.name, f"stride{i}", "i32") for i in range(rank)]
+            if getattr(p.value.type, "positions", None) is not None:
+                out += [AbiArg(p.name, "positions", "ptr"), AbiArg(p.name, "positions_n", "i32"),
+                        AbiArg(p.name, "positions_stride0", "i32"),
+                        AbiArg(p.name, "positions_stride1", "i32")]
         elif p.kind == "pointer":
             out.append(AbiArg(p.name, "ptr", "ptr"))
         elif p.kind == "scalar":
@@ -146,7 +151,7 @@ def abi_signature(kernel: KernelIR) -> list[AbiArg]:
         else:
             raise CompileError(f"parameter '{p.name}' has an unknown kind {p.kind!r}",
                                kernel.location, kernel=kernel.name)
-    if checked_accesses(kernel):
+    if fault_sites(kernel):
         out.append(AbiArg(FAULT_RECORD, "ptr", "ptr"))
     return out
 
@@ -248,6 +253,10 @@ def _param_types(kernel: KernelIR) -> list[TileType]:
             types.append(TileType(PointerType(I64)))
             continue
         dtype: DType = dtypes[arg.param]
+        if arg.component == "positions":
+            types.append(TileType(PointerType(scalar_type(
+                next(p for p in kernel.params if p.name == arg.param).value.type.positions))))
+            continue
         if arg.dtype == "ptr":
             types.append(TileType(PointerType(memory_type(dtype))))
         elif arg.component == "value":
@@ -295,7 +304,11 @@ def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
         strides: list[Union[int, Value]] = [
             int(known) if known is not None else _div_by(lw, stride, div)
             for stride, known, div in zip(raw_strides, exact, strides_div)]
-        lw.set(p.value, TensorArg(p.name, t.dtype, ptr, dims, strides))
+        arg = TensorArg(p.name, t.dtype, ptr, dims, strides)
+        if getattr(t, "positions", None) is not None:
+            arg.positions = Positions(next(entry_values), next(entry_values),
+                                      next(entry_values), next(entry_values), t.positions)
+        lw.set(p.value, arg)
     if lw.checked_sites:
         lw.fault_record = next(entry_values)
 
@@ -361,7 +374,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     lw = LoweringContext(kernel, module, fn, inbounds=bool(inbounds), debug=location is not None)
     ops = list(kernel.walk())
     names = {op.name for op in ops}
-    lw.checked_sites = {id(op): site for site, op in enumerate(checked_accesses(kernel), 1)}
+    lw.checked_sites = {id(op): site for site, op in enumerate(fault_sites(kernel), 1)}
     _bind_params(lw, checked_facts)
     if waits_for_predecessor(version) and any(lw.accesses_memory(op) for op in ops):
         lw.gate = fn.gdc_wait()
@@ -370,6 +383,8 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         lw.token = lw.gate if lw.gate is not None else fn.make_token()
     if names & {"tile_block_id", "mut_load", "mut_store", "load_like"}:
         lw.block_ids = _block_ids(lw, kernel.grid)
+    for p in indexed_params(kernel):  # validated before anything is written (rule 11)
+        own_positions(lw, lw.get(p.value), lw.checked_sites[id(p)], tuple(p.value.type.shape))
     if "num_tile_blocks" in names:
         lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
                          tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))

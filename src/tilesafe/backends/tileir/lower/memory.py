@@ -144,7 +144,11 @@ def lower_num_tiles(lw: LoweringContext, op: Operation) -> None:
 # the owned sub-tensor and shared tensors
 
 
-def _own_index(lw: LoweringContext, rank: int) -> list[Value]:
+def _own_index(lw: LoweringContext, rank: int, z: Optional[TensorArg] = None) -> list[Value]:
+    """The tile coordinates of the sub-tensor this program owns: its block ids, or for an
+    indexed partition the validated row of its positions (``lower/positions.py``)."""
+    if z is not None and z.own_index is not None:
+        return list(z.own_index)
     return list(lw.block_ids[:rank])
 
 
@@ -153,7 +157,7 @@ def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
     (z,) = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
     view = _view(lw, z, shape, "zero")
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), z.dtype,
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape), z), z.dtype,
                                 ordered=lw.needs_token(op), hints=access_hints(op)))
 
 
@@ -161,16 +165,16 @@ def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
 def lower_mut_store(lw: LoweringContext, op: Operation) -> None:
     z, tile = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
-    store_view(lw, tile, _view(lw, z, shape, "zero"), _own_index(lw, len(shape)), z.dtype,
+    store_view(lw, tile, _view(lw, z, shape, "zero"), _own_index(lw, len(shape), z), z.dtype,
                access_hints(op))
 
 
 @lowers("load_like")
 def lower_load_like(lw: LoweringContext, op: Operation) -> None:
-    x, _ = lw.operands(op)
+    x, z = lw.operands(op)
     shape = tuple(op.operands[1].type.shape)
     view = _view(lw, x, shape, op.attrs["padding"])
-    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape)), x.dtype,
+    lw.set_result(op, load_view(lw, view, _own_index(lw, len(shape), z), x.dtype,
                                 ordered=lw.needs_token(op), hints=access_hints(op)))
 
 

@@ -1,0 +1,194 @@
+"""Indexed partitions on the GPU: each program's own tile from its row of the positions, after
+the whole positions tensor is proven distinct and inside the tile grid (safety rule 11).
+
+At entry every program of the launch reads *all* the positions, ``CHUNK`` rows at a time,
+and checks each row inside the tile grid and, comparing every chunk with itself and every later
+chunk, that no two rows name one tile (the rows compared by their linear tile index). Every
+program reaches the same verdict from the same memory, so either every program writes its tile
+or none writes anything: a failed launch sets its own index outside the tile grid, where the
+bounds-checked view masks every store (and loads read padding). The first program to fail then
+reports the smallest failing row to the kernel's fault record (``lower/checks.py``): word 1 the
+row, words 4.. its coordinates, words 7.. the tile grid, word 10 the kind (1: outside the
+grid, 2: it repeats an earlier row).
+
+The cost is ``ceil(n / CHUNK) ** 2 / 2`` chunk comparisons per program, ``n`` the number of
+positions: one for up to 64 positions (a KV-cache update of a batch), a few hundred for
+thousands (an expert scatter), where a separate validation launch would be cheaper.
+
+Imports the ``bytecode`` package and its sibling lowering modules only.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..bytecode import (I1, I32, I64, ComparisonPredicate, IntegerAttr, MemoryOrdering,
+                        MemoryScope, Signedness, TileType, Value)
+from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, as_i64)
+from .context import LoweringContext, TensorArg
+
+__all__ = ["own_positions", "CHUNK"]
+
+CHUNK = 64
+_NONE = (1 << 31) - 1  # "no failing row"
+_SIGNED = Signedness.SIGNED
+
+
+def _splat(lw: LoweringContext, scalar: Value, shape: Sequence[int]) -> Value:
+    return lw.fn.broadcast(lw.fn.reshape(scalar, (1,) * len(shape)), tuple(shape))
+
+
+def _i32(lw: LoweringContext, value) -> Value:
+    return lw.i32(value) if isinstance(value, int) else value
+
+
+def _min_i32(lw: LoweringContext, tile: Value) -> Value:
+    """The minimum of an i32 tile, as a scalar."""
+    fn = lw.fn
+    size = 1
+    for d in tile.type.shape:
+        size *= d
+    flat = fn.reshape(tile, (size,)) if len(tile.type.shape) != 1 else tile
+
+    def body(e: Value, acc: Value) -> None:
+        fn.yield_([fn.mini(e, acc, signedness=_SIGNED)])
+
+    (result,) = fn.reduce([flat], 0, [IntegerAttr(_NONE, I32)], body)
+    return result
+
+
+def _tile_counts(z: TensorArg, tile_shape: Sequence[int], lw: LoweringContext) -> list[Value]:
+    from .memory import tile_count  # (memory imports this module's siblings, not this one)
+    return [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
+
+
+def _row_addresses(lw: LoweringContext, z: TensorArg, rows: Value, axis: int) -> Value:
+    """Pointers to ``positions[rows, axis]`` (``rows``: an i32 tile or scalar)."""
+    fn, pos = lw.fn, z.positions
+    shape = rows.type.shape
+    wide = fn.exti(rows, I64, signedness=_SIGNED)
+    s0 = fn.exti(pos.stride0, I64, signedness=_SIGNED)
+    s1 = fn.exti(pos.stride1, I64, signedness=_SIGNED)
+    offset = fn.addi(fn.muli(wide, _splat(lw, s0, shape) if shape else s0),
+                     _splat(lw, fn.muli(s1, fn.constant(axis, TileType(I64))), shape)
+                     if shape else fn.muli(s1, fn.constant(axis, TileType(I64))))
+    base = _splat(lw, pos.ptr, shape) if shape else pos.ptr
+    return fn.offset(base, offset)
+
+
+def _chunk(lw: LoweringContext, z: TensorArg, start: Value, rank: int,
+           grid: list[Value]) -> tuple[Value, Value, list[Value], Value]:
+    """Rows ``start .. start + CHUNK``: (row numbers, live (row < n), coordinates as i64,
+    inside the grid) as (CHUNK,) tiles."""
+    fn, pos = lw.fn, z.positions
+    rows = fn.addi(_splat(lw, start, (CHUNK,)), fn.iota(CHUNK, I32))
+    live = fn.cmpi(ComparisonPredicate.LT, rows, _splat(lw, pos.count, (CHUNK,)),
+                   signedness=_SIGNED)
+    element = rows  # (type for padding below)
+    coords, inside = [], live
+    for axis in range(rank):
+        pointers = _row_addresses(lw, z, rows, axis)
+        padding = lw.constant(0, pos.dtype, (CHUNK,))
+        value, _ = fn.load_ptr_tko(pointers, mask=live, padding=padding, token=lw.gate)
+        wide = as_i64(lw, value, pos.dtype.is_signed)
+        coords.append(wide)
+        limit = _splat(lw, fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED), (CHUNK,))
+        inside = fn.andi(inside, fn.cmpi(ComparisonPredicate.LT, wide, limit,
+                                         signedness=Signedness.UNSIGNED))
+    del element
+    return rows, live, coords, inside
+
+
+def _linear(lw: LoweringContext, coords: list[Value], grid: list[Value]) -> Value:
+    """Row-major linear tile index of coordinates (i64 tiles) in the tile ``grid``."""
+    fn = lw.fn
+    key = coords[0]
+    for axis in range(1, len(coords)):
+        extent = _splat(lw, fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED),
+                        coords[axis].type.shape)
+        key = fn.addi(fn.muli(key, extent), coords[axis])
+    return key
+
+
+def own_positions(lw: LoweringContext, z: TensorArg, site: int,
+                  tile_shape: Sequence[int]) -> None:
+    """Validate ``z``'s positions, report a failure, and set ``z.own_index``."""
+    fn, pos = lw.fn, z.positions
+    rank = len(tile_shape)
+    grid = _tile_counts(z, tile_shape, lw)
+    zero = fn.constant(0, TileType(I32))
+    step = fn.constant(CHUNK, TileType(I32))
+    none = fn.constant(_NONE, TileType(I32))
+    count = pos.count
+
+    def outer(start: Value, outside_row: Value, repeat_row: Value) -> None:
+        rows_a, live_a, coords_a, inside_a = _chunk(lw, z, start, rank, grid)
+        bad = fn.andi(live_a, fn.xori(inside_a, fn.constant(True, TileType(I1, (CHUNK,)))))
+        first_outside = _min_i32(lw, fn.select(bad, rows_a, _splat(lw, none, (CHUNK,))))
+        key_a = _linear(lw, coords_a, grid)
+        square = (CHUNK, CHUNK)
+
+        def column(t: Value) -> Value:
+            return fn.broadcast(fn.reshape(t, (CHUNK, 1)), square)
+
+        def row(t: Value) -> Value:
+            return fn.broadcast(fn.reshape(t, (1, CHUNK)), square)
+
+        def inner(start_b: Value, repeat: Value) -> None:
+            rows_b, live_b, coords_b, _ = _chunk(lw, z, start_b, rank, grid)
+            key_b = _linear(lw, coords_b, grid)
+            same = fn.cmpi(ComparisonPredicate.EQ, column(key_a), row(key_b), signedness=_SIGNED)
+            later = fn.cmpi(ComparisonPredicate.LT, column(rows_a), row(rows_b),
+                            signedness=_SIGNED)
+            both = fn.andi(column(live_a), row(live_b))
+            clash = fn.andi(fn.andi(same, later), both)
+            found = _min_i32(lw, fn.select(clash, row(rows_b), _splat(lw, none, square)))
+            fn.continue_([fn.mini(repeat, found, signedness=_SIGNED)])
+
+        (repeat_row,) = fn.for_(start, count, step, [repeat_row], inner)
+        fn.continue_([fn.mini(outside_row, first_outside, signedness=_SIGNED), repeat_row])
+
+    outside_row, repeat_row = fn.for_(zero, count, step, [none, none], outer)
+    is_outside = fn.cmpi(ComparisonPredicate.NE, outside_row, none, signedness=_SIGNED)
+    is_repeat = fn.cmpi(ComparisonPredicate.NE, repeat_row, none, signedness=_SIGNED)
+    failed = fn.ori(is_outside, is_repeat)
+    _report(lw, z, site, failed, fn.select(is_outside, outside_row, repeat_row), is_outside,
+            rank, grid)
+    program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
+    own = []
+    for axis in range(rank):
+        value, _ = fn.load_ptr_tko(_row_addresses(lw, z, program, axis), token=lw.gate)
+        index = lw.index_i32(value, pos.dtype)
+        own.append(fn.select(failed, grid[axis], index))  # outside the grid: nothing written
+    z.own_index = own
+
+
+def _report(lw: LoweringContext, z: TensorArg, site: int, failed: Value, row: Value,
+            outside: Value, rank: int, grid: list[Value]) -> None:
+    """Unless the positions passed, claim the fault record and write the failing row."""
+    fn = lw.fn
+    record = lw.fault_record
+    zero = fn.constant(0, TileType(I64))
+
+    def store(word: int, value: Value) -> None:
+        fn.store_ptr_tko(fn.offset(record, fn.constant(word, TileType(I32))), value)
+
+    def claim() -> None:
+        old, _ = fn.atomic_cas_tko(record, zero, fn.constant(site, TileType(I64)),
+                                   ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE)
+        first = fn.cmpi(ComparisonPredicate.EQ, old, zero, signedness=_SIGNED)
+
+        def write() -> None:
+            store(WORD_PROGRAM, fn.exti(row, I64, signedness=_SIGNED))
+            for axis in range(rank):
+                value, _ = fn.load_ptr_tko(_row_addresses(lw, z, row, axis), token=lw.gate)
+                store(WORD_INDEX + axis, as_i64(lw, value, z.positions.dtype.is_signed))
+                store(WORD_BOUND + axis, fn.exti(grid[axis], I64, signedness=_SIGNED))
+            kind = fn.select(outside, fn.constant(1, TileType(I64)), fn.constant(2, TileType(I64)))
+            store(WORD_AXES, kind)
+            fn.yield_()
+
+        fn.if_(first, write)
+        fn.yield_()
+
+    fn.if_(failed, claim)

@@ -1,0 +1,114 @@
+"""Safety rule 11 on cuda:0: an indexed partition writes each program's tile where its
+position says, equal to the interpreter; positions that repeat or leave the tile grid, even
+ones a kernel produced on the device a moment before, are refused with nothing written
+(PositionsError at the sync, naming the row); inside a CUDA graph too, replayed with positions
+changed in device memory; and many positions (several validation chunks) still work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.errors import PositionsError
+
+GPU = "cuda:0"
+SENTINEL = -7.0
+
+
+@ts.kernel
+def write_rows(cache: tc.MutTensor[tc.f32, (64,)], rows: tc.Tensor[tc.f32, (-1,)]):
+    """A KV-cache update on a flat cache of 64-element rows: program i writes row i."""
+    i, _, _ = tc.get_tile_block_id()
+    cache.store(rows.partition((64,)).load(i))
+
+
+@ts.kernel
+def make_positions(out: tc.MutTensor[tc.i32, (8,)], base: int, step: int):
+    """Positions computed on the device: base + step * i (step 0 repeats one row)."""
+    out.store(base + step * tc.arange(8, tc.i32))
+
+
+def _cache(device, rows=64):
+    return ts.full((rows * 64,), SENTINEL, ts.float32, device=device).sync()
+
+
+def _rows(n, device):
+    data = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
+    return data, ts.tensor(data.reshape(-1), device=device).sync()
+
+
+def _table(cache):
+    return cache.numpy().reshape(-1, 64)
+
+
+def test_an_indexed_partition_writes_where_its_positions_say_as_on_the_interpreter():
+    positions = np.random.default_rng(5).permutation(64)[:24].astype(np.int32)
+    results = []
+    for device in ("cpu", GPU):
+        data, rows = _rows(24, device)
+        cache = _cache(device)
+        pos = ts.tensor(positions, device=device).sync()
+        write_rows(ts.borrow_mut(cache).partition(64, at=pos), rows).sync()
+        results.append(_table(cache))
+    want = np.full((64, 64), SENTINEL, np.float32)
+    want[positions] = data
+    assert np.array_equal(results[0], want) and np.array_equal(results[1], want)
+
+
+def test_many_positions_are_validated_across_chunks():
+    n = 1000  # 16 chunks of 64
+    data, rows = _rows(n, GPU)
+    cache = _cache(GPU, rows=1024)
+    order = np.random.default_rng(6).permutation(1024)[:n].astype(np.int64)
+    write_rows(ts.borrow_mut(cache).partition(64, at=ts.tensor(order, device=GPU).sync()),
+               rows).sync()
+    assert np.array_equal(_table(cache)[order], data)
+    repeated = order.copy()
+    repeated[937] = repeated[70]  # a repeat far apart, in different chunks
+    cache2 = _cache(GPU, rows=1024)
+    with pytest.raises(PositionsError, match=rf"positions\[937\] = \({order[70]},\) names the "
+                       "same tile"):
+        write_rows(ts.borrow_mut(cache2).partition(
+            64, at=ts.tensor(repeated, device=GPU).sync()), rows).sync()
+    assert np.all(cache2.numpy() == SENTINEL)
+
+
+def test_a_device_produced_repeat_is_refused_with_nothing_written():
+    positions = ts.zeros((8,), ts.int32, device=GPU).sync()
+    make_positions(ts.borrow_mut(positions).partition(8), 3, 0).sync()  # all 3: repeats
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    with pytest.raises(PositionsError, match=r"kernel 'write_rows', the indexed partition "
+                       r"'cache': positions\[1\] = \(3,\) names the same tile as (another row|"
+                       r"positions\[0\])"):
+        write_rows(ts.borrow_mut(cache).partition(64, at=positions), rows).sync()
+    assert np.all(cache.numpy() == SENTINEL)
+    make_positions(ts.borrow_mut(positions).partition(8), 60, 1).sync()  # 60..67: outside
+    with pytest.raises(PositionsError, match=r"positions\[4\] = \(64,\) is outside the tile "
+                       r"grid \(64,\)"):
+        write_rows(ts.borrow_mut(cache).partition(64, at=positions), rows).sync()
+    assert np.all(cache.numpy() == SENTINEL)
+    make_positions(ts.borrow_mut(positions).partition(8), 10, 2).sync()  # fine: 10, 12, ...
+    write_rows(ts.borrow_mut(cache).partition(64, at=positions), rows).sync()
+    assert np.array_equal(_table(cache)[10:26:2], data)
+
+
+def test_a_graph_replay_validates_the_positions_each_time():
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    positions = ts.zeros((8,), ts.int32, device=GPU).sync()
+    make_positions(ts.borrow_mut(positions).partition(8), 0, 1).sync()
+    graph = ts.CudaGraph.capture(write_rows(ts.borrow_mut(cache).partition(64, at=positions),
+                                            rows))
+    graph.replay()
+    assert np.array_equal(_table(cache)[:8], data)
+    make_positions(ts.borrow_mut(positions).partition(8), 5, 0).sync()
+    cache.copy_(_cache(GPU)).sync()
+    with pytest.raises(PositionsError, match="names the same tile"):
+        graph.replay()
+    assert np.all(cache.numpy() == SENTINEL)
+    make_positions(ts.borrow_mut(positions).partition(8), 20, 3).sync()
+    graph.replay()
+    assert np.array_equal(_table(cache)[20:44:3], data)
