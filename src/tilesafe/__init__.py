@@ -14,6 +14,7 @@ from .errors import (AliasingError, ArgumentError, BorrowError, BroadcastError, 
                      RankMismatchError, SafetyError, ShapeError, SignatureError, TileirasNotFound,
                      TilesafeError, TileShapeError, TileShapeMismatchError, UnsafeError,
                      UnsupportedSyntaxError)
+from .errors import DeviceAssertionError
 from .deviceops.deviceop import DeviceOp, SharedOp, value, zip
 from .deviceops.graph import CudaGraph
 from .driver.device import Device, default_device, devices
@@ -40,4 +41,5 @@ __all__ = [
     "UnsupportedSyntaxError", "KernelNameError", "DTypeError", "ShapeError", "BroadcastError",
     "TileShapeError", "SignatureError", "OwnershipError", "DeviceOpError", "CudaError",
     "TileirasNotFound", "DeviceError", "__version__",
+    "DeviceAssertionError",
 ]

@@ -237,6 +237,12 @@ class KernelRuntimeError(TilesafeError):
     the partition. Names the kernel, the program id and the offending values."""
 
 
+class DeviceAssertionError(KernelRuntimeError):
+    """A device assertion (``tc.assert_``) failed in the interpreter. Names the kernel, the tile
+    program, the line, the assertion's message and the failing elements. (On a GPU a failed
+    assertion traps instead: a CUDA error that leaves the context unusable.)"""
+
+
 class TileirasNotFound(CompileError):
     """No usable ``tileiras`` (CUDA 13.3+) was found; the hint says how to install one."""
 

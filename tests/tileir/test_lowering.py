@@ -353,6 +353,15 @@ def early_exits(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], n: in
             break
 
 
+@ts.kernel
+def debug_random(z: tc.MutTensor[tc.f32, "S"], seed: tc.u32):
+    t = tc.rand(seed, tc.arange(128, tc.i32))
+    tc.print("t = %f", t)
+    tc.assert_(t < 1.0, "below one")
+    z.store(t)
+    tc.print("after %d %lld", tc.umulhi(seed, 3), tc.full((), 5, tc.i64))
+
+
 @ts.kernel(unchecked_accesses=True)
 def unchecked_add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + 1.0)
@@ -411,6 +420,7 @@ def _ir_all():
         "raw_pointers": raw_pointers.ir(vec(n).partition(64), vec(n), vec(n), vec(n, ts.bool_),
                                         vec(n, ts.int32), 10),
         "early_exits": early_exits.ir(vec(n).partition(128), vec(n), 10, 3, 5),
+        "debug_random": debug_random.ir(vec(n).partition(128), 5),
     }
     return kernels
 
@@ -530,6 +540,7 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
                          "tile<64xptr<i8>>"],
         "early_exits": ["loop iter_values", "break", "continue", "for unsigned", "select",
                         "cmpi greater_than", "store_view_tko"],
+        "debug_random": ["mulhii", "print_tko", "assert", "below one", "%lld"],
     }
     for label, snippets in expected.items():
         missing = [s for s in snippets if s not in text[label]]
@@ -584,6 +595,18 @@ def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):
     assert re.search(r"= for .*iter_values\(.*token", text, re.S), text
     ops = memory_ops(text)
     assert all(o[1] for o in ops if o[0] == "store_view_tko"), ops
+
+
+def test_prints_join_the_token_chain_in_program_order(disasm_tool, tmp_path):
+    """A program's prints and its mutable accesses form one chain, so they keep their order;
+    an assert takes no token. Without debug info the assert's message carries the line."""
+    text = disasm(disasm_tool, lower_kernel(_ir_all()["debug_random"], debug=False), tmp_path)
+    ops = [o for o in memory_ops(text) if not o[0].startswith("gdc_")]
+    assert [o[0] for o in ops] == ["print_tko", "store_view_tko", "print_tko"], ops
+    for before, after in zip(ops, ops[1:]):
+        assert after[1] == before[2], ops
+    assert re.search(r'assert %\w+, "[^"]*test_lowering.py:\d+: kernel \'debug_random\': '
+                     r'device assertion failed: below one"', text), text
 
 
 def test_loops_that_leave_early_thread_the_token(disasm_tool, tmp_path):
