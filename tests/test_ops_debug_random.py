@@ -9,6 +9,9 @@ reference of the documented mapping, bit for bit. ``tc.print``'s text is checked
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+
 import numpy as np
 import pytest
 
@@ -16,9 +19,14 @@ import tilesafe as ts
 import tilesafe.core as tc
 from conftest import marker_line, poisoned
 from tilesafe.backends.tileir.lower.debug import tileir_format
-from tilesafe.compiler.ops.debug import parse_format
+from tilesafe.compiler.ops.debug import format_element, parse_format
 from tilesafe.errors import (BroadcastError, CompileError, DeviceAssertionError, DTypeError,
-                             KernelRuntimeError, UnsupportedSyntaxError)
+                             KernelNameError, KernelRuntimeError, UnsupportedSyntaxError)
+
+try:
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
+except OSError:
+    _LIBC = None
 
 # ---------------------------------------------------------------------------------------------
 # an independent reference
@@ -355,6 +363,51 @@ def test_prints_keep_program_order_through_loops_and_branches(capfd):
     np.testing.assert_array_equal(z.unpartition().numpy(), [5.0, 5.0])
 
 
+def _c_snprintf(fmt: str, value) -> str:
+    buf = ctypes.create_string_buffer(1024)
+    assert 0 <= _LIBC.snprintf(buf, 1024, fmt.encode(), value) < 1024
+    return buf.value.decode()
+
+
+@pytest.mark.skipif(_LIBC is None, reason="no C library to compare with")
+def test_the_interpreters_text_is_c_printfs():
+    """Each conversion formats an element as the C library's printf does (after the device's
+    widening: narrow ints and bools to int, 64-bit ints as long long, floats as double)."""
+    int_specs = ["%d", "%i", "%u", "%x", "%X", "%o", "%5d", "%-5d|", "%05d", "%+d", "% d",
+                 "%.3d", "%.0d", "%8.3x", "%-+6d|", "%+05d", "%0-4u|"]
+    float_specs = ["%f", "%.0f", "%10.3f", "%-10.2e|", "%+g", "%G", "%E", "% .4f", "%012.5f",
+                   "%g", "%.10g", "%F", "%08.2f"]
+    ints = {ts.int8: [-128, -1, 0, 7, 127], ts.int32: [-2**31, -5, 0, 42, 2**31 - 1],
+            ts.uint32: [0, 1, 2**31, 2**32 - 1], ts.int64: [-2**63, -3, 0, 2**40, 2**63 - 1],
+            ts.uint64: [0, 2**63, 2**64 - 1], ts.bool_: [False, True], ts.uint8: [0, 200, 255]}
+    floats = [0.0, -0.0, 1.5, -2.25, 1e-7, 123456.789, 3.0e38, -1e300, float("inf"),
+              -float("inf"), 2.0**-1074]
+    checked = 0
+    for dtype, values in ints.items():
+        for text in int_specs:
+            ((spec, length),) = [p for p in parse_format(text) if not isinstance(p, str)]
+            for v in values:
+                if dtype.bits == 64:
+                    c_text, c_value = spec.c_text("ll"), ctypes.c_longlong(v % 2**64 - (
+                        2**64 if v % 2**64 >= 2**63 else 0))
+                else:
+                    wide = int(v)  # widened with the dtype's signedness
+                    c_text, c_value = spec.c_text(), ctypes.c_int(wide % 2**32 - (
+                        2**32 if wide % 2**32 >= 2**31 else 0))
+                got = format_element(spec, np.asarray(v, dtype.compute), dtype)
+                assert got == _c_snprintf(c_text, c_value), (text, dtype, v, got)
+                checked += 1
+    for text in float_specs:
+        ((spec, _),) = [p for p in parse_format(text) if not isinstance(p, str)]
+        for dtype in (ts.float32, ts.float64):
+            for v in floats:
+                value = float(np.asarray(v, dtype.compute))
+                got = format_element(spec, np.asarray(v, dtype.compute), dtype)
+                assert got == _c_snprintf(spec.c_text(), ctypes.c_double(value)), (text, v, got)
+                checked += 1
+    assert checked > 500
+
+
 def test_the_gpu_format_has_the_length_modifier_the_dtype_needs():
     pieces = parse_format("a %d b %lld c %5.1f %x 100%%\n")
     fmt = tileir_format(pieces, [ts.int64, ts.int64, ts.float32, ts.uint8])
@@ -490,3 +543,9 @@ def test_the_python_assert_statement_on_a_runtime_value_points_to_assert_(tmp_pa
     err = _compile_error(tmp_path, "assert s > 0, 'positive'", UnsupportedSyntaxError,
                          "assert on a runtime value is not supported")
     assert "tc.assert_(cond, message)" in err.hint
+
+
+def test_pythons_print_in_a_kernel_points_to_tc_print(tmp_path):
+    err = _compile_error(tmp_path, 'print("x", s)', KernelNameError,
+                         "the Python built-in 'print' is not available in kernels")
+    assert "tc.print(fmt, *values)" in err.hint

@@ -15,9 +15,10 @@ SC 2011) maps a 128-bit counter ``(c0, c1, c2, c3)`` and a 64-bit key ``(k0, k1)
     k0, k1 = k0 + 0x9E3779B9, k1 + 0xBB67AE85      (mod 2**32, between rounds)
 
 It is the same function as Random123's ``philox4x32_10`` (whose published known-answer vectors
-the tests check), cuRAND's Philox4_32_10 and Triton's ``tl.randint4x``.
+the tests check) and cuRAND's Philox4_32_10.
 
-The layout of the device functions (the one Triton's ``tl.rand`` family uses):
+The layout of the device functions (for 32-bit offsets it is the layout of Triton's ``tl.rand``
+family, so the same seed and offsets give the same numbers as there):
 
 * the key is the seed as a 64-bit integer: ``k0`` its low and ``k1`` its high 32 bits (a
   signed seed is sign-extended, an unsigned one zero-extended; a compile-time int is taken
@@ -34,8 +35,8 @@ must differ a distinct seed (or a disjoint range of offsets).
 replaced by ``-x - 1`` (``~x``), giving ``n`` in [0, 2**31); then ``f32(n) * 0x1.fffffep-32``
 (the float32 just below 2**-31), computed in float32. The largest result is ``1 - 2**-24``,
 never 1.0; 0.0 is possible. ``randn`` is Box-Muller on the first two words' uniforms:
-``sqrt(-2 log(max(u1, 1e-7))) * cos(2 pi u2)`` in float32 (so ``|randn| < 5.68``). Both are
-the mappings of Triton's ``tl.rand``/``tl.randn``. The integer words and ``rand`` are identical
+``sqrt(-2 log(max(u1, 1e-7))) * cos(2 pi u2)`` in float32 (so ``|randn| < 5.68``), the
+mappings Triton's ``tl.rand``/``tl.randn`` use. The integer words and ``rand`` are identical
 on every backend; ``randn`` uses ``log`` and ``cos``, which a GPU computes to within a few ulp,
 so its values agree with the interpreter's to about 1e-5 absolute.
 """
