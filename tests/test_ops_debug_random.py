@@ -401,9 +401,11 @@ def test_the_interpreters_text_is_c_printfs():
         ((spec, _),) = [p for p in parse_format(text) if not isinstance(p, str)]
         for dtype in (ts.float32, ts.float64):
             for v in floats:
-                value = float(np.asarray(v, dtype.compute))
-                got = format_element(spec, np.asarray(v, dtype.compute), dtype)
-                assert got == _c_snprintf(spec.c_text(), ctypes.c_double(value)), (text, v, got)
+                with np.errstate(over="ignore"):  # -1e300 is -inf as an f32
+                    element = np.asarray(v, dtype.compute)
+                got = format_element(spec, element, dtype)
+                assert got == _c_snprintf(spec.c_text(), ctypes.c_double(float(element))), \
+                    (text, v, got)
                 checked += 1
     assert checked > 500
 
