@@ -55,7 +55,7 @@ from ..ir import Value
 from ..registry import builtin, op
 from ..types import TileType
 
-__all__ = ["FormatSpec", "parse_format", "format_tile"]
+__all__ = ["FormatSpec", "PrintFormat", "parse_format", "format_element", "format_tile"]
 
 _INT_CONVERSIONS = "diuoxX"
 _UNSIGNED_CONVERSIONS = "uoxX"
@@ -90,6 +90,18 @@ class FormatSpec:
 
     def __str__(self) -> str:
         return self.c_text()
+
+
+@dataclass(frozen=True)
+class PrintFormat:
+    """A print op's format: its pieces (literal strings and ``(FormatSpec, length)``
+    conversions, the end text included). Shown in the IR as the C text it stands for."""
+
+    pieces: tuple
+
+    def __str__(self) -> str:
+        return repr("".join(p.replace("%", "%%") if isinstance(p, str) else p[0].c_text(p[1])
+                            for p in self.pieces))
 
 
 def parse_format(text: str) -> tuple:
@@ -238,14 +250,14 @@ def _print_rule(types, attrs):
     for t in types:
         if not isinstance(t, TileType):
             raise CompileError(f"print: values must be tiles or scalars, got {t}")
-    check_specs(attrs["pieces"], types)
+    check_specs(attrs["format"].pieces, types)
     return ()
 
 
 def _print_eval(ctx, attrs, *values):
     out: list[str] = []
     it = iter(zip(values, attrs["dtypes"]))
-    for piece in attrs["pieces"]:
+    for piece in attrs["format"].pieces:
         if isinstance(piece, str):
             out.append(piece)
         else:
@@ -255,9 +267,9 @@ def _print_eval(ctx, attrs, *values):
     sys.stdout.flush()
 
 
-op("print", "Formatted output of tiles (attrs: pieces, the format's literal strings and "
-   "(FormatSpec, length) conversions with the end text included; dtypes, the values' "
-   "dtypes). Ordered with the other prints and memory accesses of its program.",
+op("print", "Formatted output of tiles (attrs: format, a PrintFormat: the literal strings and "
+   "(FormatSpec, length) conversions, the end text included; dtypes, the values' dtypes). "
+   "Ordered with the other prints and memory accesses of its program.",
    _print_rule, _print_eval, effect="io")
 
 
@@ -299,7 +311,7 @@ def _build_print(b, fmt, *values, end="\n"):
             raise b.error(CompileError, f"print: value {i} is a {describe(v)}, not a tile or "
                           "a scalar", "print tiles and scalars; load a tensor's tile first")
         operands.append(b.tile(v, f"print value {i}"))
-    b.emit("print", operands, {"pieces": pieces,
+    b.emit("print", operands, {"format": PrintFormat(pieces),
                                "dtypes": tuple(v.type.dtype for v in operands)})
     return None
 

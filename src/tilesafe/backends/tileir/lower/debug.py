@@ -59,7 +59,8 @@ def tileir_format(pieces, dtypes) -> str:
 def lower_print(lw: LoweringContext, op: Operation) -> None:
     dtypes = [v.type.dtype for v in op.operands]
     args = [_printable(lw, x, d) for x, d in zip(lw.operands(op), dtypes)]
-    lw.token = lw.fn.print_tko(tileir_format(op.attrs["pieces"], dtypes), args, token=lw.token)
+    fmt = tileir_format(op.attrs["format"].pieces, dtypes)
+    lw.token = lw.fn.print_tko(fmt, args, token=lw.token)
 
 
 @lowers("assert")
