@@ -318,6 +318,7 @@ def printer(z: tc.MutTensor[tc.i32, (4,)], scale: float):
     tc.print("wide %lld %d %e %g", tc.full((), -2**40, tc.i64), tc.full((), 2**64 - 1, tc.u64),
              scale * 1000.0, tc.full((), 0.0001, tc.f64))
     tc.print("grid %d", tc.reshape(t, (2, 2)) > 5)
+    tc.print("narrow %hhu %hd", (t - 3).astype(tc.i8), tc.full((), -2, tc.i16))
     tc.print("halves %.2f %.3f", t.astype(tc.f16) * 0.5, tc.full((), 1.5, tc.bf16), end="")
     tc.print("")
     z.store(t)
@@ -337,6 +338,7 @@ def test_print_writes_c_printf_text_per_program_in_grid_order(capfd):
             f"wide -1099511627776 -1 {500.0:e} 0.0001",
             "grid [[" + ", ".join(str(int(v > 5)) for v in t[:2]) + "], ["
             + ", ".join(str(int(v > 5)) for v in t[2:]) + "]]",
+            "narrow [" + ", ".join(str((v - 3) % 256) for v in t) + "] -2",
             "halves [" + ", ".join(f"{v * 0.5:.2f}" for v in t) + "] 1.500",
         ]
     assert out.splitlines() == expected, out
@@ -374,7 +376,8 @@ def test_the_interpreters_text_is_c_printfs():
     """Each conversion formats an element as the C library's printf does (after the device's
     widening: narrow ints and bools to int, 64-bit ints as long long, floats as double)."""
     int_specs = ["%d", "%i", "%u", "%x", "%X", "%o", "%5d", "%-5d|", "%05d", "%+d", "% d",
-                 "%.3d", "%.0d", "%8.3x", "%-+6d|", "%+05d", "%0-4u|"]
+                 "%.3d", "%.0d", "%8.3x", "%-+6d|", "%+05d", "%0-4u|", "%hhu", "%hhd", "%hx",
+                 "%hd", "%lld", "%llu", "%lx"]
     float_specs = ["%f", "%.0f", "%10.3f", "%-10.2e|", "%+g", "%G", "%E", "% .4f", "%012.5f",
                    "%g", "%.10g", "%F", "%08.2f"]
     ints = {ts.int8: [-128, -1, 0, 7, 127], ts.int32: [-2**31, -5, 0, 42, 2**31 - 1],
@@ -386,15 +389,18 @@ def test_the_interpreters_text_is_c_printfs():
     for dtype, values in ints.items():
         for text in int_specs:
             ((spec, length),) = [p for p in parse_format(text) if not isinstance(p, str)]
+            if length and ({"hh": 8, "h": 16}.get(length, 64) < dtype.bits
+                           or (length in "llj" and dtype.bits != 64)):
+                continue  # a compile error (checked in the misuse tests)
             for v in values:
                 if dtype.bits == 64:
                     c_text, c_value = spec.c_text("ll"), ctypes.c_longlong(v % 2**64 - (
                         2**64 if v % 2**64 >= 2**63 else 0))
                 else:
                     wide = int(v)  # widened with the dtype's signedness
-                    c_text, c_value = spec.c_text(), ctypes.c_int(wide % 2**32 - (
+                    c_text, c_value = spec.c_text(length), ctypes.c_int(wide % 2**32 - (
                         2**32 if wide % 2**32 >= 2**31 else 0))
-                got = format_element(spec, np.asarray(v, dtype.compute), dtype)
+                got = format_element(spec, np.asarray(v, dtype.compute), dtype, length)
                 assert got == _c_snprintf(c_text, c_value), (text, dtype, v, got)
                 checked += 1
     for text in float_specs:
@@ -415,6 +421,8 @@ def test_the_gpu_format_has_the_length_modifier_the_dtype_needs():
     fmt = tileir_format(pieces, [ts.int64, ts.int64, ts.float32, ts.uint8])
     assert fmt == "a %lld b %lld c %5.1f %x 100%%\n"
     assert tileir_format(parse_format("%+d %u"), [ts.int32, ts.uint32]) == "%+d %u"
+    assert tileir_format(parse_format("%hhu %hd %lf"), [ts.int8, ts.int16, ts.float64]) == \
+        "%hhu %hd %f"
     # '+' and ' ' mean nothing to unsigned conversions in C: they are dropped
     assert tileir_format(parse_format("%+x % u"), [ts.uint32, ts.uint32]) == "%x %u"
 

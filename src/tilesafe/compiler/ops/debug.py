@@ -6,7 +6,9 @@
     ``d i u o x X`` for integer and bool values and ``f F e E g G`` for float values, and ``%%``
     for a literal percent sign. The length modifier (``hh h l ll j z t L``) may be left out:
     the value's dtype decides it (a 64-bit integer is printed as ``ll``); if written, it is
-    checked against the dtype. A conversion that does not fit its value's dtype (``%d`` of a
+    checked against the dtype (``l``/``ll``/``j``/``z``/``t`` for 64-bit integers, ``l`` for
+    floats, ``h``/``hh`` for integers of at most 16/8 bits, which they read as C does: ``%hhu``
+    of an i8 -1 is 255). A conversion that does not fit its value's dtype (``%d`` of a
     float, ``%f`` of an integer), a width or precision given as ``*``, ``#`` and the other
     conversions (``c s p n a A``) are compile errors.
 
@@ -55,12 +57,12 @@ from ..ir import Value
 from ..registry import builtin, op
 from ..types import TileType
 
-__all__ = ["FormatSpec", "PrintFormat", "parse_format", "format_element", "format_tile"]
+__all__ = ["FormatSpec", "PrintFormat", "parse_format", "printf_length", "format_element",
+           "format_tile"]
 
 _INT_CONVERSIONS = "diuoxX"
 _UNSIGNED_CONVERSIONS = "uoxX"
 _FLOAT_CONVERSIONS = "fFeEgG"
-_LENGTHS = ("hh", "h", "ll", "l", "j", "z", "t", "L")
 _SPEC = re.compile(r"%(?P<flags>[-+ 0#]*)(?P<width>\*|\d+)?(?:\.(?P<precision>\*|\d*))?"
                    r"(?P<length>hh|h|ll|l|j|z|t|L)?(?P<conv>.?)", re.DOTALL)
 
@@ -221,11 +223,20 @@ def _format_float(spec: FormatSpec, value: float) -> str:
     return text % value
 
 
-def format_element(spec: FormatSpec, value, dtype: DType) -> str:
-    """One element as C's printf formats it (after the device's widening of ``dtype``)."""
+def printf_length(length: str, dtype: DType) -> str:
+    """The length modifier a conversion of a ``dtype`` value is printed with: ``ll`` for 64-bit
+    integers, ``h``/``hh`` as written (they narrow the value, as in C), else none."""
+    if dtype.is_int and dtype.bits == 64:
+        return "ll"
+    return length if length in ("h", "hh") else ""
+
+
+def format_element(spec: FormatSpec, value, dtype: DType, length: str = "") -> str:
+    """One element as C's printf formats it (after the device's widening of ``dtype``), with
+    the conversion's length modifier ``length`` as written."""
     if dtype.is_float:
         return _format_float(spec, float(value))
-    bits = 64 if dtype.bits == 64 else 32
+    bits = {"ll": 64, "h": 16, "hh": 8}.get(printf_length(length, dtype), 32)
     v = int(value)  # bools are 0/1; narrow integers widen with their own signedness
     if spec.conv in _UNSIGNED_CONVERSIONS:
         v %= 1 << bits
@@ -234,12 +245,12 @@ def format_element(spec: FormatSpec, value, dtype: DType) -> str:
     return _format_int(spec, v)
 
 
-def format_tile(spec: FormatSpec, values: np.ndarray, dtype: DType) -> str:
+def format_tile(spec: FormatSpec, values: np.ndarray, dtype: DType, length: str = "") -> str:
     """A tile as the device prints it: a scalar alone, else nested ``[a, b]`` lists."""
     values = np.asarray(values)
     if values.ndim == 0:
-        return format_element(spec, values[()], dtype)
-    return "[" + ", ".join(format_tile(spec, row, dtype) for row in values) + "]"
+        return format_element(spec, values[()], dtype, length)
+    return "[" + ", ".join(format_tile(spec, row, dtype, length) for row in values) + "]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,7 +273,7 @@ def _print_eval(ctx, attrs, *values):
             out.append(piece)
         else:
             value, dtype = next(it)
-            out.append(format_tile(piece[0], value, dtype))
+            out.append(format_tile(piece[0], value, dtype, piece[1]))
     sys.stdout.write("".join(out))
     sys.stdout.flush()
 

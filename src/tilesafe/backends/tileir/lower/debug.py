@@ -4,8 +4,8 @@
 * ``print`` is ``print_tko``, in the kernel's token chain: it takes the current token and
   makes the next, so a program's prints (and its mutable memory accesses) keep their program
   order. The format is rebuilt from the op's pieces: literal text with ``%`` doubled, and each
-  conversion with the length modifier its value needs (``ll`` for 64-bit integers, none
-  otherwise). Values reach ``printf`` as C's default promotions would: bools and integers
+  conversion with the length modifier its value needs (``ll`` for 64-bit integers, ``h``/``hh``
+  where written, none otherwise). Values reach ``printf`` as C's default promotions would: bools and integers
   narrower than 32 bits are widened to i32 with their own signedness, f16/bf16 to f32.
 * ``assert`` is Tile IR's ``assert``; its message names the kernel (tileiras adds the failing
   tile block and element, and the source line when the kernel has debug info; without debug
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .... import dtypes as dt
 from ....compiler.ir import Operation
-from ....compiler.ops.debug import FormatSpec
+from ....compiler.ops.debug import printf_length
 from ....dtypes import DType
 from ..bytecode import Value
 from .arith import convert
@@ -49,9 +49,8 @@ def tileir_format(pieces, dtypes) -> str:
         if isinstance(piece, str):
             out.append(piece.replace("%", "%%"))
             continue
-        spec: FormatSpec = piece[0]
-        dtype = next(it)
-        out.append(spec.c_text("ll" if dtype.is_int and dtype.bits == 64 else ""))
+        spec, length = piece
+        out.append(spec.c_text(printf_length(length, next(it))))
     return "".join(out)
 
 
