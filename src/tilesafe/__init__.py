@@ -16,6 +16,7 @@ from .errors import (AliasingError, ArgumentError, BorrowError, BroadcastError, 
                      RankMismatchError, SafetyError, ShapeError, SignatureError, TileirasNotFound,
                      TilesafeError, TileShapeError, TileShapeMismatchError, UnsafeError,
                      UnsupportedSyntaxError)
+from .errors import DeviceAssertionError
 from .deviceops.deviceop import DeviceOp, SharedOp, value, zip
 from .deviceops.graph import CudaGraph
 from .driver.device import Device, default_device, devices
@@ -37,9 +38,11 @@ __all__ = [
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
-    "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "IndexOutOfRangeError", "PositionsError", "DTypeMismatchError",
+    "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "IndexOutOfRangeError",
+    "PositionsError", "DTypeMismatchError",
     "RankMismatchError", "ExtentMismatchError", "DeviceMismatchError", "PartitionRankError", "TileShapeMismatchError",
     "UnsupportedSyntaxError", "KernelNameError", "DTypeError", "ShapeError", "BroadcastError",
     "TileShapeError", "SignatureError", "OwnershipError", "DeviceOpError", "CudaError",
     "TileirasNotFound", "DeviceError", "__version__",
+    "DeviceAssertionError",
 ]

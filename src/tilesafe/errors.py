@@ -32,7 +32,8 @@ tensor unchanged and usable.
     │   └── UnsafeError              unsafe kernel launched outside ``with ts.unsafe():``
     ├── DeviceOpError                a DeviceOp driven twice or misused
     ├── KernelRuntimeError           a tile program failed while running (e.g. index out of bounds)
-    │   └── IndexOutOfRangeError     a data-dependent index outside its tensor (every device)
+    │   ├── IndexOutOfRangeError     a data-dependent index outside its tensor (every device)
+    │   └── DeviceAssertionError     a tc.assert_ that failed (interpreter)
     ├── CudaError                    a CUDA driver call failed
     └── DeviceError                  a device name that is unknown or not usable here
 """
@@ -252,6 +253,12 @@ class IndexOutOfRangeError(KernelRuntimeError, IndexError):
     there instead, records the first such access, and the error is raised when the stream the
     launch ran on is next synchronized. It names the kernel, the access's file:line, the tile
     program and the index."""
+
+
+class DeviceAssertionError(KernelRuntimeError):
+    """A device assertion (``tc.assert_``) failed in the interpreter. Names the kernel, the tile
+    program, the line, the assertion's message and the failing elements. (On a GPU a failed
+    assertion traps instead: a CUDA error that leaves the context unusable.)"""
 
 
 class TileirasNotFound(CompileError):

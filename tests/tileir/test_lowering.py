@@ -364,6 +364,15 @@ def gathers(z: tc.MutTensor[tc.f32, (4, 8)], x: tc.Tensor[tc.f32, (-1, 8)],
     z.store(tc.where(f.reshape((4, 1)), t, s))
 
 
+@ts.kernel
+def debug_random(z: tc.MutTensor[tc.f32, "S"], seed: tc.u32):
+    t = tc.rand(seed, tc.arange(128, tc.i32))
+    tc.print("t = %f", t)
+    tc.assert_(t < 1.0, "below one")
+    z.store(t)
+    tc.print("after %d %lld", tc.umulhi(seed, 3), tc.full((), 5, tc.i64))
+
+
 @ts.kernel(unchecked_accesses=True)
 def unchecked_add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + 1.0)
@@ -425,6 +434,7 @@ def _ir_all():
         "gathers": gathers.ir(ts.zeros((8, 8)).sync().partition((4, 8)),
                               ts.zeros((20, 8)).sync(), vec(20, ts.bool_),
                               vec(8, ts.int64), 3),
+        "debug_random": debug_random.ir(vec(n).partition(128), 5),
     }
     return kernels
 
@@ -544,6 +554,7 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
                          "tile<64xptr<i8>>"],
         "early_exits": ["loop iter_values", "break", "continue", "for unsigned", "select",
                         "cmpi greater_than", "store_view_tko"],
+        "debug_random": ["mulhii", "print_tko", "assert", "below one", "%lld"],
     }
     for label, snippets in expected.items():
         missing = [s for s in snippets if s not in text[label]]
@@ -598,6 +609,18 @@ def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):
     assert re.search(r"= for .*iter_values\(.*token", text, re.S), text
     ops = memory_ops(text)
     assert all(o[1] for o in ops if o[0] == "store_view_tko"), ops
+
+
+def test_prints_join_the_token_chain_in_program_order(disasm_tool, tmp_path):
+    """A program's prints and its mutable accesses form one chain, so they keep their order;
+    an assert takes no token. Without debug info the assert's message carries the line."""
+    text = disasm(disasm_tool, lower_kernel(_ir_all()["debug_random"], debug=False), tmp_path)
+    ops = [o for o in memory_ops(text) if not o[0].startswith("gdc_")]
+    assert [o[0] for o in ops] == ["print_tko", "store_view_tko", "print_tko"], ops
+    for before, after in zip(ops, ops[1:]):
+        assert after[1] == before[2], ops
+    assert re.search(r'assert %\w+, "[^"]*test_lowering.py:\d+: kernel \'debug_random\': '
+                     r'device assertion failed: below one"', text), text
 
 
 def test_loops_that_leave_early_thread_the_token(disasm_tool, tmp_path):

@@ -175,9 +175,9 @@ class ExpressionLowering:
             return _PY_BUILTINS[name]
         if hasattr(builtins, name):
             raise self.error(KernelNameError, node, f"the Python built-in '{name}' is not "
-                             "available in kernels",
-                             "kernels run on the device: compute with tilesafe.core functions; "
-                             "inspect results on the host after .sync()")
+                             "available in kernels", _BUILTIN_HINTS.get(
+                                 name, "kernels run on the device: compute with tilesafe.core "
+                                 "functions; inspect results on the host after .sync()"))
         raise self.error(KernelNameError, node, f"name '{name}' is not defined",
                          "define it before this line, pass it as a parameter, or import it at "
                          "module level")
@@ -433,6 +433,11 @@ TOO_DEEP_HINT = ("split the expression into smaller statements, e.g. sum a few t
 
 _PY_BUILTINS = {n: getattr(builtins, n) for n in
                 ("range", "min", "max", "abs", "len", "int", "float", "bool", "tuple")}
+
+_BUILTIN_HINTS = {
+    "print": "print from the device with tc.print(fmt, *values), a C printf format with one "
+             "conversion per value, e.g. tc.print(\"x = %f\", x)",
+}
 
 _EXPRESSION_HINTS = {
     "Lambda": "define a device function with @ts.function",

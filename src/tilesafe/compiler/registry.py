@@ -41,7 +41,9 @@ class OpDef:
             numpy arrays in the operand dtypes' compute representation. The interpreter rounds
             each result to its declared dtype.
         num_regions: number of nested blocks (``for``: 1, ``if``: 2).
-        effect: ``"pure"``, ``"read"`` (reads global memory) or ``"write"`` (writes it).
+        effect: ``"pure"``, ``"read"`` (reads global memory), ``"write"`` (writes it),
+            ``"io"`` (device output, ordered with the program's memory accesses: ``print``) or
+            ``"trap"`` (may stop the program: ``assert``).
         lowerings: backend name -> lowering function, filled in by each backend.
     """
 

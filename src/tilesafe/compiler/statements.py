@@ -195,7 +195,9 @@ class FunctionLowering(ExpressionLowering):
         if isinstance(cond, Value):
             raise self.error(UnsupportedSyntaxError, node,
                              "assert on a runtime value is not supported",
-                             "assert only compile-time conditions (shapes, constants)")
+                             "Python's assert checks compile-time conditions (shapes, "
+                             "constants); check a runtime value on the device with "
+                             "tc.assert_(cond, message)")
         if not cond:
             msg = self.expr(node.msg) if node.msg is not None else "assertion failed"
             raise self.error(CompileError, node, f"compile-time assertion failed: {msg}")

@@ -2,7 +2,7 @@
 
 :class:`LoweringContext` maps typed-IR values to what they became in the bytecode (a Tile IR
 value, a tensor argument, a partition view, a tuple of tile coordinates), carries the current
-memory token of the mutable-access chain, and offers the small numeric helpers the op lowerings
+memory token of the mutable-access chain (which orders prints too), and offers the small numeric helpers the op lowerings
 share (constants, dtype -> Tile IR type, computing 16-bit floats in f32). It also holds the
 :func:`lowers` decorator that registers a lowering on the op's registry declaration.
 
@@ -212,9 +212,12 @@ class LoweringContext:
     @staticmethod
     def needs_token(op: Operation) -> bool:
         """Whether ``op`` accesses memory through a mutable view (MutTensor, mapped partition,
-        raw pointer): such accesses are ordered by the token chain; shared reads are not."""
+        raw pointer) or prints: such ops are ordered by the token chain; shared reads are
+        not."""
         definition = registry.OPS.get(op.name)
-        if definition is None or definition.effect == "pure" or not op.operands:
+        if definition is not None and definition.effect == "io":
+            return True
+        if definition is None or definition.effect not in ("read", "write") or not op.operands:
             return False
         t = op.operands[0].type
         return (isinstance(t, (MappedPartitionType, IRPointerType))
@@ -224,7 +227,7 @@ class LoweringContext:
     def accesses_memory(op: Operation) -> bool:
         """Whether ``op`` reads or writes global memory (through any view or pointer)."""
         definition = registry.OPS.get(op.name)
-        return definition is not None and definition.effect != "pure"
+        return definition is not None and definition.effect in ("read", "write")
 
     def touches_memory(self, block: Block) -> bool:
         """Whether ``block`` (nested regions included) needs the token chain."""
