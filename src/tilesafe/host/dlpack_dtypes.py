@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import dtypes as dt
 
-__all__ = ["needs_bridge", "capsule_dtype", "retag", "unsigned_for", "import_retagged"]
+__all__ = ["needs_bridge", "capsule_dtype", "retag", "unsigned_for", "Retagging",
+           "import_retagged"]
 
 _DL_UINT = 1
 _DTYPE_OFFSET = 20
@@ -72,9 +73,10 @@ def retag(capsule: Any, code: int, bits: int) -> None:
     field[0], field[1], field[2], field[3] = code, bits, 1, 0
 
 
-class _Retagging:
-    """Stands in for a DLPack producer: passes numpy's ``__dlpack__`` call through and retags a
-    bf16/f8 capsule as the unsigned integer of its width, remembering the real dtype."""
+class Retagging:
+    """Stands in for a DLPack producer: passes the consumer's ``__dlpack__`` call (numpy's, or
+    cuda.core's on a GPU) through and retags a bf16/f8 capsule as the unsigned integer of its
+    width, remembering the real dtype in ``dtype``."""
 
     def __init__(self, producer: Any):
         self.producer = producer
@@ -96,7 +98,7 @@ class _Retagging:
 def import_retagged(producer: Any) -> np.ndarray:
     """``np.from_dlpack(producer)``, also for bf16 and 8-bit float tensors (which come back as
     arrays of the ``ml_dtypes`` type, sharing the producer's memory)."""
-    proxy = _Retagging(producer)
+    proxy = Retagging(producer)
     array = np.from_dlpack(proxy)
     if proxy.dtype is not None:
         array = array.view(proxy.dtype.storage)

@@ -4,10 +4,11 @@
 
 On the ``cpu`` device imports go through numpy's DLPack support, so every dtype numpy can
 represent is exchanged without a copy; bf16 and the 8-bit floats (DLPack codes 4, 10 and 12),
-which numpy's DLPack does not know, are bridged by ``host.dlpack_dtypes`` (still zero-copy), and
-a numpy array of an ``ml_dtypes`` type is taken as it is. On ``cuda:N`` they go through cuda.core's StridedMemoryView (DLPack or the CUDA
-array interface v3); the producer's stream is ordered before the consumer's as the protocols
-specify.
+which numpy's DLPack does not know, are bridged by ``host.dlpack_dtypes`` (still zero-copy),
+and a numpy array of an ``ml_dtypes`` type is taken as it is. On ``cuda:N`` they go through
+cuda.core's StridedMemoryView (DLPack or the CUDA array interface v3), with bf16 and the 8-bit
+floats bridged the same way; the producer's stream is ordered before the consumer's as the
+protocols specify.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..driver.device import CPU, Device
 from ..driver.ledger import Allocation
 from ..errors import ArgumentError
 from ..shapes import contiguous_strides, footprint
-from .dlpack_dtypes import import_retagged
+from .dlpack_dtypes import Retagging, import_retagged
 from .lazy import not_run_yet
 from .tensor import Tensor
 
@@ -91,8 +92,10 @@ def from_dlpack(obj: Any) -> Tensor:
 
 
 def _from_cuda(obj: Any, where) -> Tensor:
-    view = cuda.dlpack_view(obj)
-    dtype = dt.from_numpy(view.dtype)
+    proxy = Retagging(obj) if hasattr(obj, "__dlpack__") else None
+    view = cuda.dlpack_view(proxy if proxy is not None else obj)
+    dtype = proxy.dtype if proxy is not None and proxy.dtype is not None \
+        else dt.from_numpy(view.dtype)
     shape = tuple(view.shape)
     strides = tuple(view.strides) if view.strides is not None else contiguous_strides(shape)
     lo, hi = footprint(shape, strides, 0, dtype.itemsize)
