@@ -147,3 +147,19 @@ def test_torch_dlpack_on_the_gpu(name):
     assert np.array_equal(mine.numpy().astype(np.float32), src.float().cpu().numpy())
     back = torch.from_dlpack(mine)
     assert back.dtype == getattr(torch, name) and back.data_ptr() == src.data_ptr()
+
+
+@ts.kernel
+def lowp_scalars(z: tc.MutTensor[tc.f32, (4,)], s: tc.f8e4m3fn, t: tc.bf16, u: tc.f8e5m2):
+    e4 = tc.full((4,), s, tc.f8e4m3fn).astype(tc.f32)
+    e5 = tc.full((4,), u, tc.f8e5m2).astype(tc.f32)
+    z.store(e4 + tc.full((4,), t, tc.bf16).astype(tc.f32) * e5)
+
+
+def test_low_precision_scalar_parameters():
+    def run(device):
+        z = poisoned((4,), ts.float32, device).partition(4)
+        z, = lowp_scalars(z, 1.3, 2.5, -3.3).sync()
+        return z.unpartition().numpy()
+    cpu, gpu = _both(run)
+    assert np.array_equal(cpu, gpu) and cpu.tolist() == [1.25 + 2.5 * -3.5] * 4
