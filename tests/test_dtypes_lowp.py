@@ -18,6 +18,7 @@ tests use the cpu device. Every kernel here is also compiled for sm_90 by
 from __future__ import annotations
 
 import os
+import re
 from fractions import Fraction
 
 import ml_dtypes
@@ -586,3 +587,42 @@ def test_tf32_parameters_are_signature_errors():
         @ts.kernel
         def k3(p: tc.Ptr[tc.tf32]):
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# the Tile IR lowering
+
+
+def _tile_ir_text(kernel, *args) -> str:
+    import subprocess
+    import tempfile
+    from tilesafe.backends.tileir import tileiras
+    from tilesafe.backends.tileir.lower import lower_kernel
+    disasm = tileiras.find_tileirdisasm()
+    if disasm is None:
+        pytest.skip("tileirdisasm is not installed")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.tileirbc")
+        with open(path, "wb") as f:
+            f.write(lower_kernel(kernel.ir(*args)))
+        done = subprocess.run([disasm, path], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_lowering_converts_through_f32_and_multiplies_f8_natively():
+    z = ts.zeros((1, 8), ts.float8_e5m2).sync().partition((1, 8))
+    text = _tile_ir_text(convert_k, z, ts.zeros((1, 8), ts.float16).sync(), 1, 8, "")
+    ftofs = [line.split(":")[1].strip() for line in text.splitlines() if " ftof " in line]
+    assert ftofs == ["tile<1x8xf16> -> tile<1x8xf32>", "tile<1x8xf32> -> tile<1x8xf8E5M2>"]
+    z = ts.zeros((16, 16), ts.float32).sync().partition((16, 16))
+    text = _tile_ir_text(lowp_mma_k, z, *(ts.zeros((16, 16), d).sync() for d in (
+        ts.float32, ts.float32, ts.float32)), 16, 16, 16, "tf32", "mma")
+    assert "tile<16x16xf32> -> tile<16x16xtf32>" in text
+    assert re.search(r"mmaf .*tile<16x16xtf32>", text)
+    z = ts.zeros((2, 8, 16), ts.float16).sync().partition((2, 8, 16))
+    e4 = ts.float8_e4m3fn
+    text = _tile_ir_text(lowp_bmma_k, z, ts.zeros((2, 8, 64), e4).sync(),
+                         ts.zeros((2, 64, 16), e4).sync(), ts.zeros((2, 8, 16), ts.float16).sync(),
+                         2, 8, 16, 64, "", "mma")
+    assert re.search(r"mmaf .*tile<2x8x64xf8E4M3FN>.*tile<2x8x16xf16>", text)

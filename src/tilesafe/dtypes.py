@@ -14,6 +14,11 @@ format after every operation: for bf16 that is the correctly rounded result of `
 * ``float8_e4m3fn`` (f8e4m3fn): 4 exponent bits, 4 significant bits, largest finite 448, no inf,
   one NaN pattern per sign (``0x7F``/``0xFF``).
 * ``float8_e5m2`` (f8e5m2): 5 exponent bits, 3 significant bits, largest finite 57344, has inf.
+* ``tfloat32`` (tf32): f32's range and 11 significant bits (10 stored), round-to-nearest-even
+  (the GPU's ``cvt.rn.tf32.f32``); overflow rounds to inf. It is a *tile* element type only,
+  the operand type of tensor-core ``mma`` on f32 data: no tensor, scalar parameter or host
+  array holds tf32 (its 19 bits have no memory layout a host library shares; Tile IR's
+  constants store it in 3 bytes), so ``x.astype(tc.tf32)`` of an f32 tile is how it is made.
 
 Two roundings to the 8-bit floats exist, and both are round-to-nearest-even from the exact value:
 
@@ -23,15 +28,13 @@ Two roundings to the 8-bit floats exist, and both are round-to-nearest-even from
   is a compile error (:meth:`DType.fits`).
 * :meth:`DType.convert` (a kernel's ``x.astype(tc.f8e4m3fn)``) **saturates**: a finite value
   beyond the largest finite one, and +-inf, become +-448 (+-57344); NaN stays NaN. This is what
-  the GPU does: Tile IR's ``ftof`` to an 8-bit float is PTX's ``cvt.rn.satfinite``.
-* ``tfloat32`` (tf32): f32's range and 11 significant bits (10 stored), round-to-nearest-even;
-  overflow rounds to inf. It is a *tile* element type only, the operand type of tensor-core
-  ``mma`` on f32 data: no tensor, scalar parameter or host array holds tf32 (Tile IR gives it no
-  memory layout), so ``x.astype(tc.tf32)`` of an f32 tile is how it is made.
+  the GPU does: for sm_90, tileiras lowers Tile IR's ``ftof`` to an 8-bit float to PTX's
+  ``cvt.rn.satfinite``.
 
-The 8-bit floats and tf32 are *storage and mma* types: tiles of them can be loaded, stored,
-converted, reshaped, selected and multiplied with ``mma``, but not used in arithmetic (Tile IR
-has no f8/tf32 arithmetic); convert to f32 first (:attr:`DType.arithmetic`).
+The 8-bit floats and tf32 are *storage and mma* types: tiles of them can be converted,
+reshaped, selected and multiplied with ``mma`` (and f8 tiles loaded and stored), but not used
+in arithmetic, comparisons or reductions (Tile IR has none on them); convert to f32 first
+(:attr:`DType.arithmetic`).
 
 Rounding is done once from the exact value: float64 (and 64-bit integer) sources are first
 narrowed to float32 with round-to-odd, which makes the final rounding to the narrow format

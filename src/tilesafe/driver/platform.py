@@ -11,8 +11,8 @@ that compiles kernels for it, in ``tilesafe.backends``):
 Memory is described by the allocation's ``data`` (the array or the device buffer), an element
 offset, a shape, element strides and the element's storage numpy dtype. Streams are tilesafe
 :class:`~tilesafe.driver.stream.Stream` objects (only their native handles are used here).
-This module may import ``dtypes``, ``shapes``, ``driver.device`` and ``driver.cuda``, nothing above the
-driver.
+This module may import ``dtypes``, ``shapes``, ``driver.device`` and ``driver.cuda``, nothing
+above the driver.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ on cuda, ``__cuda_array_interface__`` (v3).
 An export is a read of the tensor's memory, so the borrow rules apply (a tensor that pending
 work borrows mutably cannot be exported), and read-only memory (a ``.shared()`` result, a
 read-only import) is exported read-only (DLPack 1.0's flag; a consumer asking for an older
-DLPack gets a BufferError rather than a writable view). On the ``cpu`` device the export goes through
-numpy's DLPack support, on ``cuda:N`` through cuda.core's StridedMemoryView; bf16 and the 8-bit
-floats, which those do not know, are exported as the unsigned integer of their width and the
-capsule is retagged with their DLPack code (``host.dlpack_dtypes``). Imports are
+DLPack gets a BufferError rather than a writable view). On the ``cpu`` device the export goes
+through numpy's DLPack support, on ``cuda:N`` through cuda.core's StridedMemoryView; bf16 and
+the 8-bit floats, which those do not know, are exported as the unsigned integer of their width
+and the capsule is retagged with their DLPack code (``host.dlpack_dtypes``). Imports are
 ``host.interop``'s.
 
 ``host.tensor`` builds on this module: tensors are used here through their methods only.

@@ -110,8 +110,8 @@ def _build_matmul(b, x, y):
     vx, vy = b.tile(x, "matmul lhs"), b.tile(y, "matmul rhs")
     rank = vx.type.rank
     if rank not in (2, 3) or vy.type.rank != rank:
-        raise b.error(ShapeError, f"matmul takes 2-D (or batched 3-D) tiles of one rank, got "
-                      f"{vx.type.shape} @ {vy.type.shape}", "reshape the operands to (M, K) "
+        raise b.error(ShapeError, "matmul takes 2-D tiles (or batched 3-D tiles) of one rank, "
+                      f"got {vx.type.shape} @ {vy.type.shape}", "reshape the operands to (M, K) "
                       "and (K, N), e.g. v.reshape((1, K)) for a row vector")
     allowed = ACCUMULATORS.get(vx.type.dtype)
     acc_dtype = allowed[-1] if allowed else vx.type.dtype
