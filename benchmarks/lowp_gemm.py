@@ -239,7 +239,7 @@ class _Problem:
         self.b8row, self.b8rowv = h.shared((k, n), "float8_e4m3fn", device)
         h.fill_random(self.a8v, generator)
         h.fill_random(self.b8v, generator)
-        self.b8rowv.copy_(self.b8v.t())
+        self.b8rowv.view(torch.uint8).copy_(self.b8v.view(torch.uint8).t())  # (the bits)
         self.scale_a = torch.tensor(SCALE_A, device=device, dtype=torch.float32)
         self.scale_b = torch.tensor(SCALE_B, device=device, dtype=torch.float32)
         # f32 operands of the tf32 GEMM
@@ -304,7 +304,7 @@ def _torch_run(problem: _Problem, kind: str, stream: Any) -> Any:
         try:  # write into the output directly where this torch accepts ``out=``
             torch._scaled_mm(*args, out_dtype=torch.bfloat16, out=view)
             direct = True
-        except TypeError:
+        except (TypeError, RuntimeError):
             direct = False
 
         def launch_torch():
