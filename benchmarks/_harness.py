@@ -145,14 +145,15 @@ def environment() -> dict:
 # -- device memory shared by tilesafe and torch ---------------------------------------------
 
 def shared(shape: Sequence[int], dtype: str, device: str) -> tuple[Any, Any]:
-    """A tilesafe tensor and a torch view of the same memory (bf16 goes through its bits)."""
+    """A tilesafe tensor and a torch view of the same memory (bf16 and the 8-bit floats go
+    through their bits: the CUDA array interface describes them as unsigned integers)."""
     import torch
 
     import tilesafe as ts
     t = ts.empty(tuple(shape), getattr(ts, dtype), device=device).sync()
     view = torch.as_tensor(t, device=device)
-    if dtype == "bfloat16":
-        view = view.view(torch.bfloat16)
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        view = view.view(getattr(torch, dtype))
     return t, view
 
 

@@ -224,9 +224,9 @@ def k_mma_acc_shape(z: tc.MutTensor[tc.f32, "S"]):
 
 @ts.kernel
 def k_mma_3d(z: tc.MutTensor[tc.f32, "S"]):
-    a = tc.zeros((2, 16, 16), tc.f32)
-    acc = tc.mma(a, a, tc.zeros((2, 16, 16), tc.f32))  # <- mma-3d
-    z.store(acc.reshape((512,)))
+    a = tc.zeros((2, 2, 8, 8), tc.f32)  # 3-D (batched) mma is fine; 4-D is not
+    acc = tc.mma(a, a, tc.zeros((2, 2, 8, 8), tc.f32))  # <- mma-3d
+    z.store(acc.reshape((256,)))
 
 
 @ts.kernel
@@ -249,7 +249,7 @@ MMA_CASES = [
     (k_mma_operand_dtypes, DTypeError, "operand types differ", "mma-operands", 256),
     (k_mma_int_operands, DTypeError, "does not accept i32", "mma-i32", 256),
     (k_mma_acc_shape, ShapeError, "accumulator shape", "mma-acc-shape", 256),
-    (k_mma_3d, ShapeError, "2-D tiles", "mma-3d", 512),
+    (k_mma_3d, ShapeError, "2-D tiles, or 3-D tiles with a leading batch", "mma-3d", 256),
     (k_matmul_1d, ShapeError, "2-D tiles", "matmul-1d", 16),
     (k_matmul_inner, ShapeError, "inner dimensions differ", "matmul-inner", 128),
 ]

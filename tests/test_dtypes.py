@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -53,8 +54,10 @@ def test_bf16_from_float64_avoids_double_rounding():
 def test_bf16_storage_round_trip():
     values = np.array([1.0, -2.5, 3.140625, 65280.0], dtype=np.float32)
     stored = dt.bfloat16.to_storage(values)
-    assert stored.dtype == np.uint16
+    assert stored.dtype == np.dtype(ml_dtypes.bfloat16)  # a real typed array, not bit patterns
+    assert stored.view(np.uint16).tolist() == [0x3F80, 0xC020, 0x4049, 0x477F]
     assert np.array_equal(dt.bfloat16.to_compute(stored), values)
+    assert dt.bfloat16.to_compute(stored).dtype == np.float32
 
 
 def test_integer_round_wraps():

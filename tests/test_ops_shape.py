@@ -4,6 +4,7 @@ compile errors for shapes that Tile IR forbids."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -53,7 +54,7 @@ def test_full_zeros_ones_constant():
     assert (a == 3.5).all() and a.dtype == np.float32
     assert (b == -3).all() and b.dtype == np.int8
     assert c.all() and c.dtype == np.bool_
-    assert (d == bf16_round(np.float32(1 / 3))).all() and d.dtype == np.float32
+    assert (d == bf16_round(np.float32(1 / 3))).all() and d.dtype == ml_dtypes.bfloat16
     assert (e == np.uint64(2**64 - 1)).all()
     assert (f == np.float16(np.float32(0.1))).all() and f.dtype == np.float16
     assert (g == -35).all()

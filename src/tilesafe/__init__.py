@@ -5,8 +5,8 @@ Device side: ``import tilesafe.core as tc``.
 """
 
 from . import errors
-from .dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
-                     int64, uint8, uint16, uint32, uint64)
+from .dtypes import (DType, bfloat16, bool_, float8_e4m3fn, float8_e5m2, float16, float32,
+                     float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64)
 from .errors import (AliasingError, ArgumentError, BorrowError, BroadcastError, CompileError,
                      CudaError, DeviceError, DeviceMismatchError, DeviceOpError, DTypeError,
                      DTypeMismatchError, ExtentMismatchError, KernelNameError, KernelRuntimeError,
@@ -36,7 +36,8 @@ __all__ = [
     "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",
     "MappedPartition",
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "errors", "TilesafeError", "CompileError",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
+    "errors", "TilesafeError", "CompileError",
     "SafetyError", "LaunchError", "ArgumentError", "PartitionError", "MovedError",
     "AliasingError", "BorrowError", "UnsafeError", "KernelRuntimeError", "IndexOutOfRangeError",
     "PositionsError", "DTypeMismatchError",

@@ -2,12 +2,46 @@
 
 A :class:`DType` knows its numpy *storage* type (what a host buffer holds), its numpy *compute*
 type (what the interpreter computes in), how to round a computed array to the type's precision,
-and its DLPack code. ``bfloat16`` has no numpy type: it is stored as ``uint16`` bit patterns and
-computed as ``float32`` values rounded to bf16 (round-to-nearest-even) after every operation, which
-gives the correctly rounded bf16 result for ``+ - * / sqrt`` because float32 carries more than
-twice bf16's precision.
+and its DLPack code.
 
-This module must not import anything else from tilesafe.
+Low-precision floats have no numpy type of their own; their host storage is the ``ml_dtypes``
+type of the same format (``ml_dtypes.bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``), so a
+tensor's ``numpy()`` is a real typed array. They compute as ``float32`` values rounded to the
+format after every operation: for bf16 that is the correctly rounded result of ``+ - * / sqrt``
+(float32 carries more than twice bf16's precision).
+
+* ``bfloat16`` (bf16): f32's range, 8 significant bits; overflow rounds to inf.
+* ``float8_e4m3fn`` (f8e4m3fn): 4 exponent bits, 4 significant bits, largest finite 448, no inf,
+  one NaN pattern per sign (``0x7F``/``0xFF``).
+* ``float8_e5m2`` (f8e5m2): 5 exponent bits, 3 significant bits, largest finite 57344, has inf.
+* ``tfloat32`` (tf32): f32's range and 11 significant bits (10 stored), round-to-nearest-even
+  (the GPU's ``cvt.rn.tf32.f32``); overflow rounds to inf. It is a *tile* element type only,
+  the operand type of tensor-core ``mma`` on f32 data: no tensor, scalar parameter or host
+  array holds tf32 (its 19 bits have no memory layout a host library shares; Tile IR's
+  constants store it in 3 bytes), so ``x.astype(tc.tf32)`` of an f32 tile is how it is made.
+
+Two roundings to the 8-bit floats exist, and both are round-to-nearest-even from the exact value:
+
+* :meth:`DType.round` (host constructors and copies, the interpreter's storage) rounds as
+  ``ml_dtypes`` does: a value beyond the largest finite one becomes inf (e5m2) or NaN (e4m3fn);
+  it is the identity on every value the format holds. A compile-time constant that does not fit
+  is a compile error (:meth:`DType.fits`).
+* :meth:`DType.convert` (a kernel's ``x.astype(tc.f8e4m3fn)``) **saturates**: a finite value
+  beyond the largest finite one, and +-inf, become +-448 (+-57344); NaN stays NaN. This is what
+  the GPU does: for sm_90, tileiras lowers Tile IR's ``ftof`` to an 8-bit float to PTX's
+  ``cvt.rn.satfinite``.
+
+The 8-bit floats and tf32 are *storage and mma* types: tiles of them can be converted,
+reshaped, selected and multiplied with ``mma`` (and f8 tiles loaded and stored), but not used
+in arithmetic, comparisons or reductions (Tile IR has none on them); convert to f32 first
+(:attr:`DType.arithmetic`).
+
+Rounding is done once from the exact value: float64 (and 64-bit integer) sources are first
+narrowed to float32 with round-to-odd, which makes the final rounding to the narrow format
+correct (no double rounding).
+
+This module must not import anything else from tilesafe; its one third-party import besides
+numpy is ``ml_dtypes``.
 """
 
 from __future__ import annotations
@@ -17,16 +51,21 @@ import math
 import struct
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "ALL_DTYPES", "as_dtype", "from_numpy",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
+    "ALL_DTYPES", "as_dtype", "as_strided", "memory_dtype", "from_numpy",
     "b1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
+    "f8e4m3fn", "f8e5m2", "tf32",
 ]
 
-# DLPack type codes (dlpack.h: kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool).
+# DLPack type codes (dlpack.h: kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool,
+# kDLFloat8_e4m3fn, kDLFloat8_e5m2). tf32 has none (it is never in memory).
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_BOOL = 0, 1, 2, 4, 6
+_DL_F8E4M3FN, _DL_F8E5M2, _DL_NONE = 10, 12, -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +86,10 @@ class DType:
     storage: np.dtype = field(repr=False)
     compute: np.dtype = field(repr=False)
     dlpack_code: int = field(repr=False)
+    #: False for the storage-and-mma types (f8e4m3fn, f8e5m2, tf32): no arithmetic on them.
+    arithmetic: bool = field(default=True, repr=False)
+    #: True for tf32: a tile element type only (no tensor, scalar or host array holds it).
+    tile_only: bool = field(default=False, repr=False)
 
     # -- classification -------------------------------------------------------------------
     @property
@@ -75,8 +118,9 @@ class DType:
     def round(self, values: Any) -> np.ndarray:
         """Convert computed values to this dtype's compute representation, rounding as the
         dtype does (integers wrap, floats round to nearest even)."""
-        if self is bfloat16:
-            return _round_to_bf16(np.asarray(values))
+        rounder = _ROUNDERS.get(self.name)
+        if rounder is not None:
+            return rounder(np.asarray(values))
         arr = np.asarray(values)
         if arr.dtype == self.compute:
             return arr
@@ -85,18 +129,39 @@ class DType:
             return arr.astype(self.compute, casting="unsafe")
         return arr.astype(self.compute)
 
+    def convert(self, values: Any) -> np.ndarray:
+        """The values of a kernel's ``astype`` to this float dtype: :meth:`round`, except that
+        the 8-bit floats saturate as the GPU's conversion does (a finite value beyond the
+        largest finite value, and +-inf, become +-that value; NaN stays NaN)."""
+        if self.is_float and self.bits == 8:
+            arr = np.asarray(values)
+            if arr.dtype.kind == "f":
+                top = self.finite_max
+                with np.errstate(invalid="ignore"):
+                    arr = np.where(np.isnan(arr), arr, np.clip(arr, -top, top))
+            return self.round(arr)
+        return self.round(values)
+
     def to_compute(self, stored: np.ndarray) -> np.ndarray:
         """View host storage (numpy storage dtype) as compute values."""
-        if self is bfloat16:
-            return (np.asarray(stored, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        if self.storage != self.compute:
+            return np.asarray(stored).astype(self.compute)  # exact: every value fits f32
         return stored
 
     def to_storage(self, values: np.ndarray) -> np.ndarray:
-        """Convert compute values (already rounded) to host storage."""
-        if self is bfloat16:
-            bits = np.ascontiguousarray(_round_to_bf16(values), dtype=np.float32).view(np.uint32)
-            return (bits >> 16).astype(np.uint16)
+        """Convert compute values to host storage (rounded to this dtype first)."""
+        if self.storage != self.compute:
+            return np.asarray(self.round(values)).astype(self.storage)
         return np.asarray(values, dtype=self.storage)
+
+    @property
+    def finite_max(self) -> float:
+        """The largest finite value of a float dtype."""
+        if not self.is_float:
+            raise TypeError(f"{self.short} is not a float dtype")
+        if self.tile_only:
+            return (2.0 - 2.0 ** -10) * 2.0 ** 127
+        return float(ml_dtypes.finfo(self.storage).max)
 
     def fits(self, value: Any) -> bool:
         """Whether a Python scalar can be represented in this dtype without changing kind."""
@@ -106,10 +171,14 @@ class DType:
             if self.is_bool:
                 return value in (0, 1)
             if self.is_float:
-                return True
+                return self.bits != 8 or self.fits(float(int_to_float64_odd(value)))
             info = np.iinfo(self.compute)
             return int(info.min) <= value <= int(info.max)
         if isinstance(value, float):
+            if self.is_float and self.bits == 8 and not math.isnan(value):
+                # an 8-bit float holds a value only up to its largest finite one (e5m2: and inf)
+                return bool(np.isfinite(self.round(np.float64(value)))) or \
+                    (math.isinf(value) and self is float8_e5m2)
             return self.is_float
         return False
 
@@ -123,11 +192,12 @@ class DType:
         return (as_dtype, (self.name,))
 
 
-def _round_to_bf16(values: np.ndarray) -> np.ndarray:
-    """Round to bfloat16 precision (nearest even), returned as float32 values.
+def _narrow_to_f32_odd(values: np.ndarray) -> np.ndarray:
+    """float32 values that round like ``values`` to any format of at most 22 significant bits.
 
-    float64 inputs are first narrowed to float32 with round-to-odd so that the result is the
-    correctly rounded bf16 of the original value (no double-rounding error).
+    float64 (and 32/64-bit integer) inputs are narrowed with round-to-odd (an inexact result
+    gets its last bit set), so the later rounding to bf16/f8/tf32 is correct (no double
+    rounding); float16/float32 inputs are exact in float32.
     """
     arr = np.asarray(values)
     if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
@@ -135,7 +205,8 @@ def _round_to_bf16(values: np.ndarray) -> np.ndarray:
         arr = np.vectorize(int_to_float64_odd, otypes=[np.float64])(arr.astype(object))
     if arr.dtype == np.float64 or arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4:
         wide = arr.astype(np.float64)
-        narrow = wide.astype(np.float32)
+        with np.errstate(over="ignore"):
+            narrow = wide.astype(np.float32)
         with np.errstate(invalid="ignore"):
             inexact = np.isfinite(narrow) & (narrow.astype(np.float64) != wide)
         if np.any(inexact):
@@ -144,15 +215,39 @@ def _round_to_bf16(values: np.ndarray) -> np.ndarray:
             bits = np.where(inexact & too_big, bits - 1, bits)
             bits = np.where(inexact, bits | 1, bits)
             narrow = bits.astype(np.uint32).view(np.float32)
-        f32 = narrow
-    else:
-        f32 = arr.astype(np.float32)
-    f32 = np.ascontiguousarray(f32)
+        return np.ascontiguousarray(narrow)
+    return np.ascontiguousarray(arr.astype(np.float32))
+
+
+def _round_mantissa(values: np.ndarray, dropped: int) -> np.ndarray:
+    """Round to float32's exponent range with ``23 - dropped`` stored mantissa bits (nearest
+    even; overflow becomes inf, NaN the quiet NaN), returned as float32 values."""
+    f32 = _narrow_to_f32_odd(values)
     bits = f32.view(np.uint32)
-    bias = np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
-    rounded = ((bits + bias) >> 16) << 16
+    bias = np.uint32((1 << (dropped - 1)) - 1) + ((bits >> dropped) & np.uint32(1))
+    rounded = ((bits + bias) >> dropped) << dropped
     rounded = np.where(np.isnan(f32), np.uint32(0x7FC00000), rounded).astype(np.uint32)
     return rounded.view(np.float32).reshape(np.shape(values))
+
+
+def _round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round to bfloat16 precision (nearest even), returned as float32 values."""
+    return _round_mantissa(values, 16)
+
+
+def _round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """Round to tf32 precision (10 stored mantissa bits, nearest even), as float32 values."""
+    return _round_mantissa(values, 13)
+
+
+def _f8_rounder(storage: Any):
+    """Round to an 8-bit float format as ``ml_dtypes`` does, but from the exact value: nearest
+    even; beyond the largest finite value, inf (e5m2) or NaN (e4m3fn, which has no inf).
+    Returned as float32 values."""
+    def round_f8(values: np.ndarray) -> np.ndarray:
+        f32 = _narrow_to_f32_odd(values)
+        return f32.astype(storage).astype(np.float32).reshape(np.shape(values))
+    return round_f8
 
 
 def int_to_float64_odd(value: int) -> float:
@@ -192,17 +287,32 @@ uint16 = _make("uint16", "u16", "u", 16, "uint16", "uint16", _DL_UINT)
 uint32 = _make("uint32", "u32", "u", 32, "uint32", "uint32", _DL_UINT)
 uint64 = _make("uint64", "u64", "u", 64, "uint64", "uint64", _DL_UINT)
 float16 = _make("float16", "f16", "f", 16, "float16", "float16", _DL_FLOAT)
-bfloat16 = _make("bfloat16", "bf16", "f", 16, "uint16", "float32", _DL_BFLOAT)
+bfloat16 = DType("bfloat16", "bf16", "f", 16, np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
+                 _DL_BFLOAT)
 float32 = _make("float32", "f32", "f", 32, "float32", "float32", _DL_FLOAT)
 float64 = _make("float64", "f64", "f", 64, "float64", "float64", _DL_FLOAT)
+float8_e4m3fn = DType("float8_e4m3fn", "f8e4m3fn", "f", 8, np.dtype(ml_dtypes.float8_e4m3fn),
+                      np.dtype(np.float32), _DL_F8E4M3FN, arithmetic=False)
+float8_e5m2 = DType("float8_e5m2", "f8e5m2", "f", 8, np.dtype(ml_dtypes.float8_e5m2),
+                    np.dtype(np.float32), _DL_F8E5M2, arithmetic=False)
+tfloat32 = DType("tfloat32", "tf32", "f", 19, np.dtype(np.float32), np.dtype(np.float32),
+                 _DL_NONE, arithmetic=False, tile_only=True)
+
+_ROUNDERS = {
+    "bfloat16": _round_to_bf16,
+    "tfloat32": _round_to_tf32,
+    "float8_e4m3fn": _f8_rounder(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": _f8_rounder(ml_dtypes.float8_e5m2),
+}
 
 b1, i8, i16, i32, i64 = bool_, int8, int16, int32, int64
 u8, u16, u32, u64 = uint8, uint16, uint32, uint64
 f16, bf16, f32, f64 = float16, bfloat16, float32, float64
+f8e4m3fn, f8e5m2, tf32 = float8_e4m3fn, float8_e5m2, tfloat32
 
 ALL_DTYPES: tuple[DType, ...] = (
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-    float16, bfloat16, float32, float64,
+    float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, tfloat32,
 )
 
 _BY_NAME: dict[str, DType] = {}
@@ -212,20 +322,43 @@ for _dt in ALL_DTYPES:
 _BY_NAME["bool_"] = bool_
 
 _FROM_NUMPY: dict[np.dtype, DType] = {
-    dt.storage: dt for dt in ALL_DTYPES if dt is not bfloat16
+    dt.storage: dt for dt in ALL_DTYPES if not dt.tile_only
 }
 
 
 def from_numpy(np_dtype: Any) -> DType:
-    """The tilesafe dtype of a numpy dtype (``uint16`` maps to ``uint16``, never ``bfloat16``)."""
+    """The tilesafe dtype of a numpy dtype (``ml_dtypes.bfloat16`` -> ``bfloat16``,
+    ``ml_dtypes.float8_e4m3fn``/``float8_e5m2`` -> the 8-bit floats; ``uint16`` maps to
+    ``uint16``; no numpy dtype maps to tf32)."""
     key = np.dtype(np_dtype)
     try:
         return _FROM_NUMPY[key]
     except KeyError:
-        if key.name == "bfloat16":  # ml_dtypes' bfloat16, if the user has it
-            return bfloat16
         raise TypeError(f"numpy dtype {key} has no tilesafe equivalent; supported: "
-                        + ", ".join(d.name for d in ALL_DTYPES)) from None
+                        + ", ".join(d.name for d in ALL_DTYPES if not d.tile_only)) from None
+
+
+def as_strided(array: np.ndarray, shape: Any, strides: Any, writeable: bool = False) -> np.ndarray:
+    """``numpy.lib.stride_tricks.as_strided`` that also works on ``ml_dtypes`` arrays (numpy
+    cannot rebuild some of their dtypes from the array interface): the view is made on the
+    unsigned integer of the same width and viewed back."""
+    if array.dtype.type.__module__ == "numpy":
+        return np.lib.stride_tricks.as_strided(array, shape=shape, strides=strides,
+                                               writeable=writeable)
+    raw = array.view(np.dtype(f"u{array.itemsize}"))
+    return np.lib.stride_tricks.as_strided(raw, shape=shape, strides=strides,
+                                           writeable=writeable).view(array.dtype)
+
+
+def memory_dtype(value: Any, what: str) -> DType:
+    """:func:`as_dtype`, refusing the tile-only tf32 for ``what`` (a tensor, a scalar, a
+    pointer: something that lives in memory) with a TypeError that says how to get tf32."""
+    dtype = as_dtype(value)
+    if dtype.tile_only:
+        raise TypeError(f"{what} cannot hold {dtype.short}: tf32 is a tile element type only "
+                        "(it has no memory layout); use float32 data and convert the loaded "
+                        "tile with x.astype(tc.tf32) to feed mma")
+    return dtype
 
 
 def as_dtype(value: Any) -> DType:

@@ -39,23 +39,34 @@ from ..errors import Location, SignatureError
 ShapeEntry = Union[int, str, None]  # int: static extent, str: a bound name, None: dynamic
 
 
+def _in_memory(dtype: DType, what: str) -> DType:
+    """``dtype`` if memory can hold it; tf32 (a tile element type only) is a SignatureError."""
+    try:
+        return dt.memory_dtype(dtype, what)
+    except TypeError as err:
+        raise SignatureError(str(err), hint="declare the parameter as tc.f32 and convert the "
+                             "loaded tile with .astype(tc.tf32)") from None
+
+
 def _dtype_entry(value: Any) -> Union[DType, str]:
     if isinstance(value, DType):
-        return value
+        return _in_memory(value, "a tensor parameter")
     if isinstance(value, str):
         try:
-            return dt.as_dtype(value)
+            dtype = dt.as_dtype(value)
         except TypeError:
             if not value.isidentifier():
                 raise SignatureError(f"dtype name {value!r} is not an identifier",
                                      hint="name a dtype (\"f32\") or a dtype variable "
                                      "(\"T\")") from None
             return value  # a dtype variable bound at launch
+        return _in_memory(dtype, "a tensor parameter")
     try:
-        return dt.as_dtype(value)
+        dtype = dt.as_dtype(value)
     except TypeError:
         raise SignatureError(f"{value!r} is not a dtype", hint="use tc.f32, tc.i32, ... or a "
                              "name such as \"T\" bound from the argument") from None
+    return _in_memory(dtype, "a tensor parameter")
 
 
 def _shape_entries(shape: Any, mutable: bool) -> Union[tuple[ShapeEntry, ...], str]:
@@ -222,7 +233,7 @@ class Ptr:
     def __class_getitem__(cls, item):
         def build():
             try:
-                return PointerSpec(dt.as_dtype(item))
+                return PointerSpec(dt.memory_dtype(item, "a raw pointer"))
             except TypeError as err:
                 raise SignatureError(f"tc.Ptr[{item!r}]: {err}",
                                      hint="use a dtype, e.g. tc.Ptr[tc.f32]") from None
@@ -247,7 +258,8 @@ def _spec_of(annotation: Any) -> ParamSpec:
         raise SignatureError(f"{annotation.__name__} needs a dtype and a shape",
                              hint=f"e.g. tc.{annotation.__name__}[tc.f32, (-1,)]")
     if annotation in (int, float, bool) or isinstance(annotation, DType):
-        return ScalarSpec(dt.as_dtype(annotation), weak=annotation in (int, float))
+        return ScalarSpec(_in_memory(dt.as_dtype(annotation), "a scalar parameter"),
+                          weak=annotation in (int, float))
     if annotation is inspect.Parameter.empty:
         raise SignatureError("parameter has no annotation",
                              hint="annotate it: tc.Tensor[...], tc.MutTensor[...], "

@@ -11,8 +11,8 @@ that compiles kernels for it, in ``tilesafe.backends``):
 Memory is described by the allocation's ``data`` (the array or the device buffer), an element
 offset, a shape, element strides and the element's storage numpy dtype. Streams are tilesafe
 :class:`~tilesafe.driver.stream.Stream` objects (only their native handles are used here).
-This module may import ``shapes``, ``driver.device`` and ``driver.cuda``, nothing above the
-driver.
+This module may import ``dtypes``, ``shapes``, ``driver.device`` and ``driver.cuda``, nothing
+above the driver.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..dtypes import as_strided
 from ..shapes import is_contiguous
 from . import cuda
 from .device import Device
@@ -30,7 +31,7 @@ def strided(flat: np.ndarray, offset: int, shape: Sequence[int], strides: Sequen
             writeable: bool = False) -> np.ndarray:
     """A strided view of the 1-D array ``flat`` starting at element ``offset``."""
     item = flat.itemsize
-    return np.lib.stride_tricks.as_strided(flat[offset:] if offset >= 0 else flat,
+    return as_strided(flat[offset:] if offset >= 0 else flat,
                                            shape=tuple(shape),
                                            strides=tuple(s * item for s in strides),
                                            writeable=writeable)
@@ -131,6 +132,8 @@ class HostPlatform(Platform):
     def export_dlpack(self, data, offset, shape, strides, storage, *, readonly, stream,
                       max_version, copy) -> Any:
         array = self.host_array(data, offset, shape, strides)
+        if array.dtype != storage:  # (a bf16/f8 export is made as an unsigned integer)
+            array = array.view(storage)
         if readonly:
             array.flags.writeable = False
             if max_version is None or tuple(max_version) < (1, 0):

@@ -25,7 +25,7 @@ DeviceLike = "Device | str | None"
 
 def _lazy(label: str, dtype: Any, device: DeviceLike, shape: Sequence[int],
           make_values) -> TensorOp:
-    dtype, dev = dt.as_dtype(dtype), as_device(device)
+    dtype, dev = dt.memory_dtype(dtype, "a tensor"), as_device(device)
     return TensorOp(lambda stream: Tensor.from_values(make_values(dtype), dtype, dev), label,
                     dev, shape, dtype)
 
@@ -104,7 +104,9 @@ def randn(shape: Shape, dtype: Any = dt.float32, seed: Optional[int] = None,
 def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> TensorOp:
     """A tensor holding a copy of ``data`` (a numpy array or nested sequence) (lazy).
 
-    ``dtype`` defaults to the array's dtype; pass ``ts.bfloat16`` to round float data to bf16.
+    ``dtype`` defaults to the array's dtype (``ml_dtypes`` arrays give bf16 and 8-bit float
+    tensors); pass ``ts.bfloat16``, ``ts.float8_e4m3fn`` or ``ts.float8_e5m2`` to round float
+    data to that format (8-bit floats saturate: see ``tilesafe.dtypes``).
     """
     array = np.array(data, copy=True)
     target = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)

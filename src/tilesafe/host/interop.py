@@ -3,10 +3,12 @@
 ``host.export``'s.
 
 On the ``cpu`` device imports go through numpy's DLPack support, so every dtype numpy can
-represent is exchanged without a copy; bf16 (which numpy cannot represent) is rejected with an
-explanation. On ``cuda:N`` they go through cuda.core's StridedMemoryView (DLPack or the CUDA
-array interface v3); the producer's stream is ordered before the consumer's as the protocols
-specify.
+represent is exchanged without a copy; bf16 and the 8-bit floats (DLPack codes 4, 10 and 12),
+which numpy's DLPack does not know, are bridged by ``host.dlpack_dtypes`` (still zero-copy),
+and a numpy array of an ``ml_dtypes`` type is taken as it is. On ``cuda:N`` they go through
+cuda.core's StridedMemoryView (DLPack or the CUDA array interface v3), with bf16 and the 8-bit
+floats bridged the same way; the producer's stream is ordered before the consumer's as the
+protocols specify.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..driver.device import CPU, Device
 from ..driver.ledger import Allocation
 from ..errors import ArgumentError
 from ..shapes import contiguous_strides, footprint
+from .dlpack_dtypes import Retagging, import_retagged
 from .lazy import not_run_yet
 from .tensor import Tensor
 
@@ -62,11 +65,15 @@ def from_dlpack(obj: Any) -> Tensor:
         raise ArgumentError(f"from_dlpack: memory on DLPack device type {device_type} is not "
                             "supported (cpu and cuda only)", where)
     try:
-        array = np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else np.asarray(obj)
+        if isinstance(obj, np.ndarray):
+            array = obj  # (numpy's own DLPack refuses its ml_dtypes arrays)
+        elif hasattr(obj, "__dlpack__"):
+            array = import_retagged(obj)
+        else:
+            array = np.asarray(obj)
     except (TypeError, BufferError, RuntimeError, ValueError) as err:
         raise ArgumentError(f"from_dlpack: cannot import {type(obj).__name__}: {err}", where,
-                            hint="bf16 cannot be imported on the cpu device; convert to float32 "
-                            "first") from None
+                            hint="convert it to a numeric dtype tilesafe has first") from None
     if array.dtype.hasobject or array.dtype.fields is not None:
         raise ArgumentError(f"from_dlpack: {array.dtype} elements are not a tilesafe dtype",
                             where, hint="convert to a numeric dtype first")
@@ -77,16 +84,18 @@ def from_dlpack(obj: Any) -> Tensor:
                             where, hint="make the array contiguous first")
     strides = tuple(s // item for s in array.strides)
     span = 1 + sum((d - 1) * s for d, s in zip(array.shape, strides)) if array.size else 0
-    flat = np.lib.stride_tricks.as_strided(array, shape=(span,), strides=(item,),
-                                           writeable=array.flags.writeable)
+    flat = dt.as_strided(array, shape=(span,), strides=(item,),
+                         writeable=array.flags.writeable)
     allocation = Allocation(flat, CPU, owner=obj, base=int(flat.ctypes.data),
                             nbytes=span * item, readonly=not array.flags.writeable)
     return Tensor(allocation, array.shape, dtype, strides=strides)
 
 
 def _from_cuda(obj: Any, where) -> Tensor:
-    view = cuda.dlpack_view(obj)
-    dtype = dt.from_numpy(view.dtype)
+    proxy = Retagging(obj) if hasattr(obj, "__dlpack__") else None
+    view = cuda.dlpack_view(proxy if proxy is not None else obj)
+    dtype = proxy.dtype if proxy is not None and proxy.dtype is not None \
+        else dt.from_numpy(view.dtype)
     shape = tuple(view.shape)
     strides = tuple(view.strides) if view.strides is not None else contiguous_strides(shape)
     lo, hi = footprint(shape, strides, 0, dtype.itemsize)

@@ -209,14 +209,16 @@ class Tensor:
                                        self.dtype.storage, values, next_stream(self.device))
 
     def numpy(self) -> np.ndarray:
-        """A copy of the elements as a numpy array (bf16 tensors come back as float32).
+        """A copy of the elements as a numpy array of the tensor's storage dtype (bf16 and the
+        8-bit floats come back as ``ml_dtypes`` arrays: ``ml_dtypes.bfloat16``,
+        ``float8_e4m3fn``, ``float8_e5m2``; ``.astype(np.float32)`` is exact for all three).
 
         Raises BorrowError while pending work holds a mutable loan on this tensor.
         """
         with LEDGER:  # no launch may start writing it until the copy is made
             self._check_access("read this tensor", write=False)
             data = self._read_storage()  # a fresh copy
-        return self.dtype.to_compute(data)
+        return data
 
     def partition(self, tile_shape: "int | Sequence[int]", *,
                   at: "Optional[Tensor]" = None) -> "Partition":

@@ -28,9 +28,7 @@ def pack_arguments(args: Sequence[KernelArg]) -> list[Any]:
     packed: list[Any] = []
     for arg in args:
         if arg.kind == "scalar":
-            packed.append(arg.dtype.to_storage(np.asarray(arg.value))[()]
-                          if arg.dtype.name == "bfloat16" else
-                          np.asarray(arg.value, dtype=arg.dtype.storage)[()])
+            packed.append(arg.dtype.to_storage(np.asarray(arg.value))[()])
             continue
         packed.append(arg.address())
         if arg.kind == "pointer":

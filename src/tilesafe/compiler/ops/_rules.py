@@ -18,6 +18,17 @@ def tiles(op: str, types: Sequence[IRType], count: int) -> tuple[TileType, ...]:
     return tuple(types)  # type: ignore[return-value]
 
 
+def arithmetic(op: str, t: TileType) -> None:
+    """Refuse arithmetic on the storage-and-mma types (f8e4m3fn, f8e5m2, tf32): Tile IR has
+    no arithmetic, comparison or reduction on them."""
+    if not t.dtype.arithmetic:
+        short = t.dtype.short
+        raise DTypeError(f"{op} does not accept {short} tiles: {short} is a storage and mma "
+                         "type, with no arithmetic, comparison or reduction",
+                         hint="convert to f32 first, e.g. x.astype(tc.f32); use mma for "
+                         f"products of {short} tiles")
+
+
 def same_type(op: str, types: Sequence[TileType]) -> TileType:
     """All operands have one tile type (the builder has already broadcast them)."""
     first = types[0]

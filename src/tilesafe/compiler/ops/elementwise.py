@@ -27,7 +27,7 @@ from ...dtypes import DType
 from ...errors import DTypeError
 from ..registry import builtin, op
 from ..types import TileType, broadcast_shapes
-from ._rules import same_type, tiles
+from ._rules import arithmetic, same_type, tiles
 
 # ---------------------------------------------------------------------------------------------
 # unary
@@ -36,6 +36,7 @@ from ._rules import same_type, tiles
 def _unary_rule(name: str, accepts: str) -> Callable:
     def infer(types, attrs):
         (t,) = tiles(name, types, 1)
+        arithmetic(name, t)
         if t.dtype.kind not in accepts:
             wanted = {"f": "float", "i": "signed integer", "u": "unsigned integer", "b": "bool"}
             allowed = ", ".join(wanted[k] for k in accepts)
@@ -118,6 +119,7 @@ def _right_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _binary_rule(name: str, accepts: str, result: DType | None) -> Callable:
     def infer(types, attrs):
         t = same_type(name, tiles(name, types, 2))
+        arithmetic(name, t)
         if t.dtype.kind not in accepts:
             kinds = {"f": "float", "i": "int", "u": "unsigned", "b": "bool"}
             raise DTypeError(
@@ -227,12 +229,24 @@ def convert_values(x: np.ndarray, target: DType) -> np.ndarray:
         return x != 0
     if target.is_int and x.dtype.kind == "f":
         return np.trunc(x).astype(target.compute, casting="unsafe")
-    return target.round(x)
+    return target.convert(x)  # (8-bit floats saturate, as the GPU's conversion does)
+
+
+#: what the storage-and-mma types convert to and from (Tile IR's ftof, through f32).
+_LOWP_PARTNERS = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "tfloat32")
 
 
 def _convert_rule(types, attrs):
     (t,) = tiles("astype", types, 1)
-    return (TileType(attrs["dtype"], t.shape),)
+    source, target = t.dtype, attrs["dtype"]
+    for this, other in ((source, target), (target, source)):
+        if not this.arithmetic and other.name not in _LOWP_PARTNERS:
+            raise DTypeError(f"astype: {source.short} -> {target.short} is not supported: "
+                             f"{this.short} converts only to and from f16, bf16, f32, "
+                             "f8e4m3fn, f8e5m2 and tf32",
+                             hint=f"convert through f32, e.g. x.astype(tc.f32)"
+                             f".astype(tc.{target.short})")
+    return (TileType(target, t.shape),)
 
 
 op("convert", "Convert a tile to another element type.", _convert_rule,
@@ -244,7 +258,11 @@ def _build_astype(b, x, dtype):
 
     Convert to ``dtype``: floats round to nearest even, float -> int truncates toward zero,
     int -> int wraps, anything -> bool tests ``!= 0``. Converting NaN or out-of-range floats to
-    integers is unspecified.
+    integers is unspecified. Conversions to the 8-bit floats (``tc.f8e4m3fn``, ``tc.f8e5m2``)
+    saturate: values beyond the largest finite value (448 and 57344) and infinities become
+    that value with their sign, NaN stays NaN. ``x.astype(tc.tf32)`` rounds an f32 tile to
+    tf32 (10 mantissa bits) for ``mma``. The 8-bit floats and tf32 convert only to and from
+    f16, bf16, f32 and each other.
     """
     target = b.dtype_arg(dtype, "astype")
     v = b.tile(x, "astype operand")

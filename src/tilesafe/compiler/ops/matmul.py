@@ -1,9 +1,16 @@
 """Matrix multiply-accumulate on tiles: ``mma(a, b, acc)`` and ``matmul(a, b)`` (``a @ b``).
 
-Supported element types (inputs -> accumulator): f16 -> f16 or f32, bf16 -> f32, f32 -> f32,
-f64 -> f64, i8/u8 -> i32. The interpreter accumulates floats in float64 and rounds once to the
-accumulator's dtype; a GPU accumulates in the accumulator's dtype on tensor cores, so float
-results agree within a tolerance (documented per dtype in the test suite), integer ones exactly.
+Supported element types (inputs -> accumulator), as Tile IR's ``mmaf``/``mmai`` allow them on
+sm_90: f16 -> f16 or f32, bf16 -> f32, tf32 -> f32, f32 -> f32, f64 -> f64, f8e4m3fn -> f16 or
+f32, f8e5m2 -> f16 or f32, i8/u8 -> i32. Both operands have one element type (no e4m3 x e5m2
+mix: Tile IR requires equal operand types). Tiles are 2-D, ``(M, K) @ (K, N) + (M, N)``, or 3-D
+with a leading batch dimension, ``(B, M, K) @ (B, K, N) + (B, M, N)``.
+
+The interpreter multiplies exactly (every product of two f8/tf32/f16/bf16 values is exact in
+float64), sums in float64 and rounds once to the accumulator's dtype; a GPU accumulates in the
+accumulator's dtype on tensor cores in an unspecified order (Hopper's f8 tensor cores with a
+reduced-precision internal accumulator), so float results agree within a tolerance (documented
+per dtype in the test suite), integer ones exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from ._rules import tiles
 ACCUMULATORS = {
     dt.float16: (dt.float16, dt.float32),
     dt.bfloat16: (dt.float32,),
+    dt.tfloat32: (dt.float32,),
+    dt.float8_e4m3fn: (dt.float16, dt.float32),
+    dt.float8_e5m2: (dt.float16, dt.float32),
     dt.float32: (dt.float32,),
     dt.float64: (dt.float64,),
     dt.int8: (dt.int32,),
@@ -27,28 +37,36 @@ ACCUMULATORS = {
 
 def _mma_rule(types, attrs):
     a, b, acc = tiles("mma", types, 3)
-    if a.rank != 2 or b.rank != 2 or acc.rank != 2:
-        raise ShapeError(f"mma takes 2-D tiles, got {a.shape} @ {b.shape} + {acc.shape}",
-                         hint="reshape to (M, K), (K, N) and (M, N)")
+    if a.rank not in (2, 3) or b.rank != a.rank or acc.rank != a.rank:
+        raise ShapeError(f"mma takes 2-D tiles, or 3-D tiles with a leading batch dimension, "
+                         f"all of one rank; got {a.shape} @ {b.shape} + {acc.shape}",
+                         hint="reshape to (M, K), (K, N) and (M, N), or (B, M, K), (B, K, N) "
+                         "and (B, M, N)")
     if a.dtype is not b.dtype:
         raise DTypeError(f"mma: operand types differ ({a.dtype.short} and {b.dtype.short})",
-                         hint="convert one operand with .astype(...)")
+                         hint="convert one operand with .astype(...); Tile IR multiplies only "
+                         "operands of one element type (f8e4m3fn x f8e5m2 is not allowed)")
     allowed = ACCUMULATORS.get(a.dtype)
     if allowed is None:
         raise DTypeError(f"mma does not accept {a.dtype.short} operands",
-                         hint="use f16, bf16, f32, f64, i8 or u8 operands")
+                         hint="use f16, bf16, tf32, f32, f64, f8e4m3fn, f8e5m2, i8 or u8 "
+                         "operands")
     if acc.dtype not in allowed:
         raise DTypeError(f"mma: a {acc.dtype.short} accumulator does not fit "
                          f"{a.dtype.short} operands",
                          hint="use an accumulator of " + " or ".join(d.short for d in allowed))
-    (m, k), (k2, n) = a.shape, b.shape
+    batch = a.shape[:-2]
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    if b.shape[:-2] != batch:
+        raise ShapeError(f"mma batch dimensions differ: a is {a.shape} (BxMxK) but b is "
+                         f"{b.shape} (BxKxN)", hint="both operands need the same batch extent")
     if k != k2:
         raise ShapeError(f"mma inner dimensions differ: a is {m}x{k} (MxK) but b is {k2}x{n} "
                          f"(KxN)", hint="the columns of a must equal the rows of b")
-    if acc.shape != (m, n):
+    if acc.shape != (*batch, m, n):
         raise ShapeError(f"mma accumulator shape {acc.shape} differs from the product shape "
-                         f"{(m, n)}", hint=f"accumulate into a tile of shape {(m, n)}, e.g. "
-                         f"tc.zeros({(m, n)}, tc.f32)")
+                         f"{(*batch, m, n)}", hint=f"accumulate into a tile of shape "
+                         f"{(*batch, m, n)}, e.g. tc.zeros({(*batch, m, n)}, tc.f32)")
     return (acc,)
 
 
@@ -59,16 +77,25 @@ def _mma_eval(ctx, attrs, a, b, acc):
     return a.astype(np.float64) @ b.astype(np.float64) + acc.astype(np.float64)
 
 
-op("mma", "Matrix multiply-accumulate: a @ b + acc (a: MxK, b: KxN, acc: MxN).", _mma_rule,
+op("mma", "Matrix multiply-accumulate: a @ b + acc (a: [B]xMxK, b: [B]xKxN, acc: [B]xMxN).",
+   _mma_rule,
    _mma_eval)
 
 
 def _build_mma(b, x, y, acc):
     """mma(a, b, acc) -> tile
 
-    ``a @ b + acc`` for 2-D tiles a (M x K), b (K x N) and acc (M x N); the result has the
-    accumulator's dtype. Operand/accumulator dtypes: f16 -> f16/f32, bf16 -> f32, f32 -> f32,
-    f64 -> f64, i8/u8 -> i32. Mismatched inner dimensions are a compile error.
+    ``a @ b + acc`` for 2-D tiles a (M x K), b (K x N) and acc (M x N), or batched 3-D tiles
+    a (B x M x K), b (B x K x N) and acc (B x M x N); the result has the accumulator's dtype.
+    Both operands have one dtype. Operand -> accumulator dtypes: f16 -> f16/f32,
+    bf16 -> f32, tf32 -> f32, f32 -> f32, f64 -> f64, f8e4m3fn and f8e5m2 -> f16/f32,
+    i8/u8 -> i32. For tf32, convert f32 tiles with ``x.astype(tc.tf32)``. Mismatched inner
+    or batch dimensions are a compile error.
+
+    Products are exact and summed in float64 on the interpreter, then rounded once to the
+    accumulator's dtype; a GPU sums on tensor cores in its own order, so float results agree
+    within a tolerance (f8 inputs: Hopper's f8 tensor cores accumulate with reduced
+    precision, expect a relative error of about 2**-13 of the sum of |products|).
     """
     return b.emit1("mma", (b.tile(x, "mma lhs"), b.tile(y, "mma rhs"), b.tile(acc, "mma acc")))
 
@@ -76,19 +103,22 @@ def _build_mma(b, x, y, acc):
 def _build_matmul(b, x, y):
     """matmul(a, b) -> tile   (also ``a @ b``)
 
-    The matrix product of 2-D tiles. Float products keep the operands' dtype (f16/bf16 are
-    accumulated in f32, then rounded); i8/u8 products are i32.
+    The matrix product of 2-D tiles, or of 3-D tiles with a leading batch dimension. Float
+    products keep the operands' dtype (f16/bf16 are accumulated in f32, then rounded), except
+    that products of f8e4m3fn, f8e5m2 or tf32 tiles are f32; i8/u8 products are i32.
     """
     vx, vy = b.tile(x, "matmul lhs"), b.tile(y, "matmul rhs")
-    if vx.type.rank != 2 or vy.type.rank != 2:
-        raise b.error(ShapeError, f"matmul takes 2-D tiles, got {vx.type.shape} @ "
-                      f"{vy.type.shape}", "reshape the operands to (M, K) and (K, N), e.g. "
-                      "v.reshape((1, K)) for a row vector")
+    rank = vx.type.rank
+    if rank not in (2, 3) or vy.type.rank != rank:
+        raise b.error(ShapeError, "matmul takes 2-D tiles (or batched 3-D tiles) of one rank, "
+                      f"got {vx.type.shape} @ {vy.type.shape}", "reshape the operands to (M, K) "
+                      "and (K, N), e.g. v.reshape((1, K)) for a row vector")
     allowed = ACCUMULATORS.get(vx.type.dtype)
     acc_dtype = allowed[-1] if allowed else vx.type.dtype
-    acc = b.constant(0, acc_dtype, (vx.type.shape[0], vy.type.shape[1]))
+    acc = b.constant(0, acc_dtype, (*vx.type.shape[:-1], vy.type.shape[-1]))
     out = b.emit1("mma", (vx, vy, acc))
-    if vx.type.dtype.is_float and out.type.dtype is not vx.type.dtype:
+    if (vx.type.dtype.is_float and vx.type.dtype.arithmetic
+            and out.type.dtype is not vx.type.dtype):
         out = b.emit1("convert", (out,), {"dtype": vx.type.dtype})
     return out
 

@@ -293,6 +293,9 @@ def _padding_arg(b, padding, dtype: DType) -> str:
     if name != "zero" and not dtype.is_float:
         raise b.error(DTypeError, f"padding {padding!r} needs a float tensor, not "
                       f"{dtype.short}", "integer tensors pad with zero")
+    if name in ("pos_inf", "neg_inf") and dtype.is_float and not dtype.fits(math.inf):
+        raise b.error(DTypeError, f"padding {padding!r}: {dtype.short} has no infinity",
+                      "pad with 0, -0.0 or nan")
     return name
 
 

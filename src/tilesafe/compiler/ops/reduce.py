@@ -13,13 +13,14 @@ import numpy as np
 from ...errors import CompileError, DTypeError
 from ..registry import builtin, op
 from ..types import TileType
-from ._rules import normalize_axis, tiles
+from ._rules import arithmetic, normalize_axis, tiles
 
 _REDUCE_FNS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 _SCAN_FNS = {"sum": np.cumsum, "prod": np.cumprod}
 
 
 def _check_dtype(name: str, kind: str, t: TileType) -> None:
+    arithmetic(name, t)
     if t.dtype.is_bool and kind in ("sum", "prod"):
         raise DTypeError(f"{name} does not accept bool tiles",
                          hint="convert first, e.g. x.astype(tc.i32)")

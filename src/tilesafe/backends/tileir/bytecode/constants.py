@@ -1,8 +1,11 @@
 """Bit patterns of numeric values: dense constant-pool buffers and scalar attribute payloads.
 
 Integers are stored masked to their width (two's complement); floats as IEEE bit patterns.
-``bf16`` and ``tf32`` values are rounded to nearest-even from float32. 8-bit and 4-bit float
-formats and ``i4`` have no conversion here and are rejected.
+``bf16`` and ``tf32`` values are rounded to nearest-even from float32 (tf32 takes 3 bytes in a
+dense buffer: its 19 bits are the top of the f32 pattern, shifted down by 13). ``f8E4M3FN`` and
+``f8E5M2`` values are one byte each, rounded to nearest-even; a finite value beyond the format's
+largest (or an infinity in f8E4M3FN, which has none) is rejected rather than saturated: callers
+round to the format first. ``f8E8M0FNU``, 4-bit floats and ``i4`` are rejected.
 
 Part of the standalone ``bytecode`` package: it imports only its sibling modules, numpy and the
 standard library, nothing else of tilesafe.
@@ -14,12 +17,57 @@ from typing import Any
 
 import numpy as np
 
-from .types import BF16, F16, F32, F64, I1, TF32, ScalarType, TileType
+from .types import BF16, F8E4M3FN, F8E5M2, F16, F32, F64, I1, TF32, ScalarType, TileType
 
 __all__ = ["scalar_bits", "dense_buffer"]
 
 _TRUE_SPLAT = b"\xff"
 _FALSE_SPLAT = b"\x00"
+
+
+def _f8_magnitudes(exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """The value of every 8-bit pattern with the sign bit clear (index = pattern), as float64
+    (the top patterns decode as if finite; the caller bounds them)."""
+    bias = (1 << (exponent_bits - 1)) - 1
+    codes = np.arange(1 << (exponent_bits + mantissa_bits))
+    exponent, mantissa = codes >> mantissa_bits, codes & ((1 << mantissa_bits) - 1)
+    scale = 2.0 ** (np.maximum(exponent, 1) - bias - mantissa_bits)
+    return (np.where(exponent > 0, mantissa + (1 << mantissa_bits), mantissa) * scale)
+
+
+# (magnitudes, largest finite pattern, NaN pattern, inf pattern or None) per 8-bit format
+_F8 = {
+    F8E4M3FN: (_f8_magnitudes(4, 3), 0x7E, 0x7F, None),
+    F8E5M2: (_f8_magnitudes(5, 2), 0x7B, 0x7E, 0x7C),
+}
+
+
+def _f8_bits(values: np.ndarray, element: ScalarType) -> np.ndarray:
+    """Bit patterns of ``values`` in an 8-bit float format (round to nearest even)."""
+    magnitudes, largest, nan, inf = _F8[element]
+    finite = magnitudes[:largest + 1]
+    flat = values.astype(np.float64).reshape(-1)
+    out = np.empty(flat.shape, dtype=np.uint64)
+    for i, v in enumerate(flat):
+        if np.isnan(v):
+            out[i] = nan
+            continue
+        a = abs(v)
+        if np.isinf(a):
+            if inf is None:
+                raise ValueError(f"{element} has no infinity")
+            code = inf
+        elif a > finite[-1]:
+            raise ValueError(f"{v} is out of the range of {element} (largest {finite[-1]})")
+        else:
+            hi = int(np.searchsorted(finite, a))
+            code = hi
+            if finite[hi] != a:
+                lo = hi - 1
+                below, above = a - finite[lo], finite[hi] - a
+                code = lo if below < above or below == above and lo % 2 == 0 else hi
+        out[i] = code | (0x80 if np.signbit(v) else 0)
+    return out.reshape(values.shape)
 
 
 def _float_bits(values: np.ndarray, element: ScalarType) -> np.ndarray:
@@ -38,6 +86,8 @@ def _float_bits(values: np.ndarray, element: ScalarType) -> np.ndarray:
         rounded = (bits + halfway + ((bits >> dropped) & 1)) >> dropped
         quiet_nan = (bits >> dropped) | (1 << (22 - dropped))
         return np.where(nan, quiet_nan, rounded)
+    if element in _F8:
+        return _f8_bits(values, element)
     raise ValueError(f"constants of type {element} are not supported")
 
 

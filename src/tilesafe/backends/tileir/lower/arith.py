@@ -18,7 +18,10 @@ Each lowering reproduces the op's numpy semantics:
   ``!=`` (unordered, so ``nan != x`` is true).
 * ``convert``: float -> int truncates toward zero (``ftoi``), int -> float rounds to nearest
   even (``itof``), ints widen with the source's signedness and narrow by truncation, anything
-  -> bool is ``!= 0``, bool -> number is 0/1.
+  -> bool is ``!= 0``, bool -> number is 0/1. Conversions to and from the 8-bit floats and tf32
+  go through f32 (``ftof`` to f32 is exact from every format they meet, so one rounding
+  happens, in the last ``ftof``); f32 -> f8 is the GPU's saturating round-to-nearest-even
+  (``cvt.rn.satfinite``), which the interpreter reproduces.
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
 package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
@@ -30,7 +33,8 @@ from __future__ import annotations
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....dtypes import DType
-from ..bytecode import ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness, Value
+from ..bytecode import (F32, ComparisonOrdering, ComparisonPredicate, RoundingMode, Signedness,
+                        Value)
 from .context import HALF_FLOATS, LoweringContext, lowers, scalar_type
 from .context import signedness as _sign
 
@@ -250,7 +254,9 @@ def convert(lw: LoweringContext, x: Value, source: DType, target: DType) -> Valu
     if source.is_bool:
         return fn.select(x, lw.like(1, target, x), lw.like(0, target, x))
     if source.is_float and target.is_float:
-        return fn.ftof(x, element)
+        if source.arithmetic and target.arithmetic or F32 in (scalar_type(source), element):
+            return fn.ftof(x, element)
+        return fn.ftof(lw.to_f32(x), element)  # a storage-and-mma type: through f32
     if source.is_float:
         wide = lw.to_f32(x) if source in HALF_FLOATS else x
         return fn.ftoi(wide, element, signedness=_sign(target))

@@ -28,8 +28,9 @@ from ....compiler.types import (MappedPartitionType, PointerType as IRPointerTyp
                                TileType as IRTileType)
 from ....dtypes import DType
 from ....errors import CompileError
-from ..bytecode import (BF16, F16, F32, F64, I1, I8, I16, I32, I64, FunctionBuilder, ModuleBuilder,
-                        PaddingValue, ScalarType, Signedness, SourceLocation, TileType, Value)
+from ..bytecode import (BF16, F8E4M3FN, F8E5M2, F16, F32, F64, I1, I8, I16, I32, I64, TF32,
+                        FunctionBuilder, ModuleBuilder, PaddingValue, ScalarType, Signedness,
+                        SourceLocation, TileType, Value)
 
 __all__ = ["LoweringContext", "TensorArg", "PartitionArg", "lowers", "scalar_type",
            "memory_type", "tile_type", "LowerFn"]
@@ -40,7 +41,8 @@ LowerFn = Callable[["LoweringContext", Operation], None]
 _SCALARS: dict[DType, ScalarType] = {
     dt.bool_: I1, dt.int8: I8, dt.uint8: I8, dt.int16: I16, dt.uint16: I16, dt.int32: I32,
     dt.uint32: I32, dt.int64: I64, dt.uint64: I64, dt.float16: F16, dt.bfloat16: BF16,
-    dt.float32: F32, dt.float64: F64,
+    dt.float32: F32, dt.float64: F64, dt.float8_e4m3fn: F8E4M3FN, dt.float8_e5m2: F8E5M2,
+    dt.tfloat32: TF32,
 }
 
 PADDING = {"zero": PaddingValue.ZERO, "neg_zero": PaddingValue.NEG_ZERO, "nan": PaddingValue.NAN,
@@ -61,7 +63,10 @@ def signedness(dtype: DType) -> Signedness:
 
 
 def memory_type(dtype: DType) -> ScalarType:
-    """The Tile IR element type of ``dtype`` in global memory (bool is one byte, i8)."""
+    """The Tile IR element type of ``dtype`` in global memory (bool is one byte, i8; the
+    tile-only tf32 never is in memory)."""
+    if dtype.tile_only:
+        raise CompileError(f"internal error: {dtype.short} has no memory type")
     return I8 if dtype.is_bool else _SCALARS[dtype]
 
 
