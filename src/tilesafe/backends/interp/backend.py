@@ -31,7 +31,7 @@ def binding(arg: KernelArg) -> Any:
         return MappedBinding(arg.array(), arg.dtype, arg.tile_shape, arg.map_shape)
     if arg.kind == "partition":
         return MutTensorBinding(arg.array(), arg.dtype, arg.tile_shape)
-    return TensorBinding(arg.array(), arg.dtype)
+    return TensorBinding(arg.array(), arg.dtype)  # a shared input or an atomic tensor
 
 
 class InterpretedLaunch:
