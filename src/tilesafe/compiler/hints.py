@@ -178,8 +178,10 @@ def check_dim_factors(kernel_name: str, params: Sequence[Param], args: Sequence[
         for axis in covered_dims(p, len(a.shape)):
             extent = a.shape[axis]
             if extent % factor:
-                whose = ("its dynamic extents" if isinstance(p.spec, AtomicSpec) or
-                         isinstance(p.spec, TensorSpec) and not p.spec.mutable else "the extents of the tensor it partitions")
+                shared = isinstance(p.spec, AtomicSpec) or \
+                    isinstance(p.spec, TensorSpec) and not p.spec.mutable
+                whose = ("its dynamic extents" if shared
+                         else "the extents of the tensor it partitions")
                 raise ArgumentError(
                     f"argument '{p.name}' of '{kernel_name}' has shape {tuple(a.shape)}: extent "
                     f"{axis} is {extent}, but the kernel's hint tensor_dim_factor={factor} "
