@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tilesafe as ts
 import tilesafe.core as tc
@@ -478,3 +480,77 @@ def test_ts_atomic_takes_a_usable_tensor():
         histogram(borrow, _h(), grid=(1,))
     with pytest.raises(MovedError):
         ts.atomic(t)
+
+
+def test_an_atomic_borrow_of_read_only_memory_is_refused():
+    t = _h()
+    shared = t.clone().shared()
+    readonly = shared.sync()
+    with pytest.raises(BorrowError, match="cannot lend this tensor to atomic updates: this "
+                       r"tensor is the shared, read-only result of .shared\(\)"):
+        ts.atomic(readonly)
+    frozen = np.zeros(16, np.int32)
+    frozen.setflags(write=False)
+    with pytest.raises(BorrowError, match="imported read-only"):
+        ts.atomic(ts.from_dlpack(frozen))
+
+
+def test_an_atomic_tensor_whose_elements_share_an_address_is_refused():
+    base = np.zeros(16, np.int32)
+    zero_stride = ts.from_dlpack(np.lib.stride_tricks.as_strided(base, (16,), (0,)))
+    with pytest.raises(AliasingError, match=r"the layout of 'h' of 'histogram' \(shape "
+                       r"\(16,\), strides \(0,\)\) reaches one address from several indices"):
+        histogram(ts.atomic(zero_stride), _h(), grid=(1,))
+
+
+# -- pipelines and graphs ------------------------------------------------------------------------
+
+def test_the_tensor_handed_back_feeds_the_next_launch_of_a_chain(rng):
+    xs = _bins(rng, 2 * TILE, 16)
+    x = ts.tensor(xs).sync()
+    h = _h()
+    op = histogram(ts.atomic(h), x, grid=(2,))
+    op = op.then(lambda r: histogram(ts.atomic(r.h), x, grid=(2,)))
+    out = op.sync()
+    assert out.h is h
+    assert np.array_equal(h.numpy(), 2 * np.bincount(xs, minlength=16))
+
+
+def test_a_recorded_atomic_launch_borrows_the_tensor_on_each_replay(rng):
+    xs = _bins(rng, TILE, 16)
+    h = _h()
+    graph = ts.CudaGraph.capture(histogram(ts.atomic(h), ts.tensor(xs).sync(), grid=(1,)))
+    assert h.numpy().sum() == 0  # recorded, not run: h is readable
+    graph.replay()
+    graph.replay()
+    assert np.array_equal(h.numpy(), 2 * np.bincount(xs, minlength=16))
+
+
+# -- property: any extents, duplicates, masks and index dtypes -------------------------------
+
+@ts.kernel
+def masked_scatter(h: tc.AtomicTensor[tc.i32, (-1, -1)], v: tc.Tensor[tc.i32, (-1,)],
+                   r: tc.Tensor["I", (-1,)], c: tc.Tensor["J", (-1,)],
+                   keep: tc.Tensor[tc.bool_, (-1,)]):
+    bid = tc.get_tile_block_id()[0]
+    h.atomic_add(v.partition((32,)).load(bid), r.partition((32,)).load(bid),
+                 c.partition((32,)).load(bid), mask=keep.partition((32,)).load(bid))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 6), cols=st.integers(1, 40), tiles=st.integers(1, 3),
+       index_dtypes=st.sampled_from([(ts.int32, ts.int32), (ts.uint8, ts.int64),
+                                     (ts.int16, ts.uint32)]), seed=st.integers(0, 2**32 - 1))
+def test_masked_scatter_matches_numpy_add_at(rows, cols, tiles, index_dtypes, seed):
+    rng = np.random.default_rng(seed)
+    n = 32 * tiles
+    keep = rng.random(n) < 0.7
+    r = np.where(keep, rng.integers(0, rows, n), 200).astype(index_dtypes[0].storage)
+    c = np.where(keep, rng.integers(0, cols, n), 0).astype(index_dtypes[1].storage)
+    v = rng.integers(-50, 50, n).astype(np.int32)
+    h = ts.zeros((rows, cols), dtype=ts.int32).sync()
+    masked_scatter(ts.atomic(h), ts.tensor(v), ts.tensor(r), ts.tensor(c), ts.tensor(keep),
+                   grid=(tiles,)).sync()
+    want = np.zeros((rows, cols), np.int32)
+    np.add.at(want, (r[keep].astype(np.int64), c[keep].astype(np.int64)), v[keep])
+    assert np.array_equal(h.numpy(), want)
