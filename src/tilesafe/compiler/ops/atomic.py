@@ -76,6 +76,7 @@ def _default_seed() -> Optional[int]:
 
 
 _SEED: contextvars.ContextVar = contextvars.ContextVar("tilesafe_atomic_seed")
+_MISSING = object()
 
 
 def current_atomic_seed() -> Optional[int]:
@@ -83,9 +84,6 @@ def current_atomic_seed() -> Optional[int]:
     each time)."""
     seed = _SEED.get(_MISSING)
     return _default_seed() if seed is _MISSING else seed
-
-
-_MISSING = object()
 
 
 @contextlib.contextmanager
@@ -103,6 +101,10 @@ def interpreter_atomic_order(seed: Optional[int]) -> Iterator[None]:
     ``TILESAFE_INTERPRETER_ATOMIC_SEED`` (an int, or ``none``). Integer atomics commute, so
     their results never depend on it. The setting is per thread and per asyncio task (a
     context variable), and applies to launches that run (``.sync()``) inside the block.
+
+    The interpreter still runs the tile programs one after another in grid order, so it
+    reorders the updates within each atomic op of a program, not across programs (a GPU
+    interleaves both): code that must not depend on the order has to tolerate either.
     """
     if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)
                              or seed < 0):
