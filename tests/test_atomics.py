@@ -165,6 +165,23 @@ def test_scalar_value_and_indices():
     assert np.array_equal(h.numpy(), want)
 
 
+@ts.kernel
+def in_loops(h: tc.AtomicTensor[tc.i32, (-1,)], z: tc.MutTensor[tc.i32, "S"], n: int):
+    for i in range(n):
+        h.atomic_add(i, tc.arange(16, tc.i32) % 4)
+        if i > 2:
+            z.store(z.load() + 1)
+            h.atomic_max(100, 0)
+
+
+def test_atomics_inside_loops_and_branches_next_to_owned_stores():
+    h = ts.zeros(4, dtype=ts.int32).sync()
+    z = ts.zeros(16, dtype=ts.int32).sync()
+    in_loops(ts.atomic(h), ts.borrow_mut(z).partition(16), 5).sync()
+    assert h.numpy().tolist() == [116, 40, 40, 40]  # 4 * (0 + 1 + 2 + 3), max 100, + 4 * 4
+    assert z.numpy().tolist() == [2] * 16
+
+
 # -- floats: the order of additions ------------------------------------------------------------
 
 @ts.kernel
