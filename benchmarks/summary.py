@@ -94,6 +94,26 @@ def modes_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def histogram_table(rows: list[dict]) -> list[str]:
+    lines = ["| bins | atomic Gelem/s | onehot | torch.bincount | torch.scatter_add | "
+             "best ours / bincount | best ours / scatter_add |", "|---|---|---|---|---|---|---|"]
+    sizes = list(dict.fromkeys(r["size"] for r in rows if r["benchmark"] == "histogram"))
+    for size in sizes:
+        def get(variant, reference="torch.bincount", field="value"):
+            r = _value(rows, benchmark="histogram", size=size, variant=variant,
+                       reference=reference)
+            return r[field] if r else None
+        ours = [v for v in ("atomic", "onehot") if get(v)]
+        best = max(ours, key=lambda v: float(get(v)), default=None)
+        lines.append(
+            f"| {size.rpartition('bins=')[2]} | {_fmt(get('atomic'))} | {_fmt(get('onehot'))} | "
+            f"{_fmt(get('atomic', field='reference_value'))} | "
+            f"{_fmt(get('torch.scatter_add'))} | "
+            f"{_fmt(get(best, field='ratio')) if best else '-'} | "
+            f"{_fmt(get(best, 'torch.scatter_add', 'ratio')) if best else '-'} |")
+    return lines
+
+
 def summary(directory: Path) -> str:
     parts = []
     ew = _read(directory / "elementwise.csv")
@@ -102,6 +122,9 @@ def summary(directory: Path) -> str:
     gm = _read(directory / "gemm.csv")
     if gm:
         parts += ["GEMM, f32 accumulate (TFLOP/s):", ""] + gemm_table(gm) + [""]
+    hg = _read(directory / "histogram.csv")
+    if hg:
+        parts += ["Histogram of 2^24 int32 values (Gelem/s):", ""] + histogram_table(hg) + [""]
     md = _read(directory / "execution_modes.csv")
     if md:
         parts += ["Launch modes at N = 1000 (microseconds per op, lower is better):", ""] + \

@@ -514,7 +514,7 @@ def test_the_compiled_path_is_built_wherever_a_c_compiler_is():
 
 
 BOTH_PATHS = ["test_compiled_path.py", "test_deviceops.py", "test_ownership.py",
-              "test_launch_errors.py", "test_partitions.py"]
+              "test_launch_errors.py", "test_partitions.py", "test_atomics.py"]
 
 
 def test_the_launch_path_modules_pass_on_the_python_path_too():

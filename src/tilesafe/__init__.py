@@ -21,6 +21,8 @@ from .deviceops.deviceop import DeviceOp, SharedOp, value, zip
 from .deviceops.graph import CudaGraph
 from .driver.device import Device, default_device, devices
 from .driver.stream import Event, Stream, next_stream
+from .compiler.ops.atomic import interpreter_atomic_order
+from .host.atomic import AtomicBorrow, atomic
 from .host.factory import arange, empty, eye, full, linspace, ones, rand, randn, tensor, zeros
 from .host.interop import from_dlpack
 from .host.partition import BorrowMut, MappedPartition, Partition
@@ -33,7 +35,8 @@ __all__ = [
     "kernel", "function", "unsafe", "compile", "Kernel", "DeviceOp", "SharedOp", "zip", "value",
     "CudaGraph", "Stream", "Event", "next_stream", "Tensor", "Partition", "Device",
     "devices", "default_device", "zeros", "ones", "full", "empty", "arange", "linspace", "eye",
-    "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut",
+    "rand", "randn", "tensor", "from_dlpack", "borrow_mut", "BorrowMut", "atomic", "AtomicBorrow",
+    "interpreter_atomic_order",
     "MappedPartition",
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",

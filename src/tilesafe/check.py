@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import backends, pipeline
-from .compiler.signature import ConstSpec, MappedSpec, Param, TensorSpec
+from .compiler.signature import AtomicSpec, ConstSpec, MappedSpec, Param, TensorSpec
 from .errors import TilesafeError
 from .kernel import Kernel
 
@@ -76,7 +76,7 @@ def _unbound_names(params: list[Param], bindings: dict, const_grid: bool = False
             needed.setdefault(p.name, "const")
         if isinstance(getattr(spec, "dtype", None), str):
             needed.setdefault(spec.dtype, "dtype")
-        if isinstance(spec, TensorSpec):
+        if isinstance(spec, (TensorSpec, AtomicSpec)):
             shape(spec.shape)
         elif isinstance(spec, MappedSpec):
             shape(spec.tile_shape)

@@ -1,13 +1,15 @@
 """The device language: what a kernel body may use (``import tilesafe.core as tc``).
 
-Parameter annotations (``Tensor``, ``MutTensor``, ``Const``, ``Ptr``), element types
-(``f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool_``, and the storage-and-mma types
-``f8e4m3fn f8e5m2 tf32``: see ``tilesafe.dtypes``) and the tile functions. Each
-function here is a stub generated from the op registry, carrying the op's documentation: it
+Parameter annotations (``Tensor``, ``MutTensor``, ``AtomicTensor``, ``Const``, ``Ptr``),
+element types (``f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool_``, and the
+storage-and-mma types ``f8e4m3fn f8e5m2 tf32``: see ``tilesafe.dtypes``) and the tile
+functions. Each function here is a stub generated from the op registry, carrying the op's documentation: it
 is compiled when called inside a ``@ts.kernel`` or ``@ts.function`` and raises if called
 anywhere else. Tiles also have methods (``t.astype``, ``t.reshape``, ``t.sum``, ...), a
 ``MutTensor`` has ``load()``/``store(tile)``, a ``Tensor`` has ``partition(tile_shape)`` and
-``shape``, and a partition has ``load(index)`` and ``num_tiles(axis)``.
+``shape``, a partition has ``load(index)`` and ``num_tiles(axis)``, and an ``AtomicTensor``
+has ``atomic_add(value, *indices)`` and its siblings (``atomic_max``, ``atomic_min``,
+``atomic_and``, ``atomic_or``, ``atomic_xor``) and ``shape``.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import inspect as _inspect
 
 from .compiler import ops as _ops  # noqa: F401 (importing declares every op in the registry)
 from .compiler import registry as _registry
-from .compiler.signature import Const, MappedPartitionMut, MutTensor, Ptr, Tensor
+from .compiler.signature import (AtomicTensor, Const, MappedPartitionMut, MutTensor, Ptr,
+                                 Tensor)
 from .dtypes import (DType, b1, bf16, bfloat16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64,
                      float8_e4m3fn, float8_e5m2, float16, float32, float64, i8, i16, i32, i64,
                      int8, int16, int32, int64, tf32, tfloat32, u8, u16, u32, u64, uint8, uint16,
                      uint32, uint64)
 from .errors import CompileError as _CompileError
-
 
 
 def _make_stub(entry: _registry.Builtin):
@@ -45,7 +47,7 @@ for _name in _FUNCTIONS:
     globals()[_name] = _make_stub(_registry.BUILTINS[_name])
 
 __all__ = [
-    "Tensor", "MutTensor", "MappedPartitionMut", "Const", "Ptr", "DType",
+    "Tensor", "MutTensor", "MappedPartitionMut", "AtomicTensor", "Const", "Ptr", "DType",
     "bool_", "b1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
     "f64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
     "bfloat16", "float32", "float64", "f8e4m3fn", "f8e5m2", "tf32", "float8_e4m3fn",

@@ -373,6 +373,21 @@ def debug_random(z: tc.MutTensor[tc.f32, "S"], seed: tc.u32):
     tc.print("after %d %lld", tc.umulhi(seed, 3), tc.full((), 5, tc.i64))
 
 
+@ts.kernel
+def atomics(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)],
+            a: tc.AtomicTensor[tc.f32, (-1, 8)], c: tc.AtomicTensor[tc.u32, (-1,)],
+            d: tc.AtomicTensor[tc.i64, (16,)], keep: tc.Tensor[tc.bool_, (-1,)]):
+    t = tc.load_tile_like(x, z)
+    rows = tc.arange(64, tc.i32)
+    a.atomic_add(t.reshape((64, 1)), rows.reshape((64, 1)), tc.arange(8, tc.i64).reshape((1, 8)))
+    c.atomic_max(t.astype(tc.u32), rows.astype(tc.u16), mask=tc.load_tile_like(keep, z))
+    c.atomic_min(t.astype(tc.u32), rows.astype(tc.u64))
+    d.atomic_and(7, 3)
+    d.atomic_or(t.astype(tc.i64), rows.astype(tc.i8))
+    d.atomic_xor(1, rows)
+    z.store(t)
+
+
 @ts.kernel(unchecked_accesses=True)
 def unchecked_add(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(tc.load_tile_like(x, z) + 1.0)
@@ -435,6 +450,9 @@ def _ir_all():
                               ts.zeros((20, 8)).sync(), vec(20, ts.bool_),
                               vec(8, ts.int64), 3),
         "debug_random": debug_random.ir(vec(n).partition(128), 5),
+        "atomics": atomics.ir(vec(n).partition(64), vec(n), ts.atomic(vec((40, 8))),
+                              ts.atomic(vec(70, ts.uint32)), ts.atomic(vec(16, ts.int64)),
+                              vec(n, ts.bool_)),
     }
     return kernels
 
@@ -672,6 +690,22 @@ def test_pointer_accesses_are_chained(disasm_tool, tmp_path):
                                    "load_ptr_tko", "store_ptr_tko", "store_view_tko"]
     for before, after in zip(ops, ops[1:]):
         assert after[1] == before[2], ops
+
+
+def test_atomics_are_masked_relaxed_device_rmws_off_the_token_chain(disasm_tool, tmp_path):
+    text = disasm(disasm_tool, lower_kernel(_ir_all()["atomics"]), tmp_path)
+    gate = memory_ops(text)[0][2]
+    rmws = [line for line in text.splitlines() if "atomic_rmw_tko" in line]
+    modes = [re.search(r"atomic_rmw_tko relaxed device %\w+, (\w+),", line).group(1)
+             for line in rmws]
+    assert modes == ["addf", "umax", "umin", "and", "or", "xor"]
+    for line in rmws:  # every lane masked in bounds; only the grid-dependency gate's token
+        assert re.search(rf", %\w+ token=\s?{gate} :", line), line
+        assert "xi1>" in line or "tile<i1>" in line, line
+    # the MutTensor's store still hangs off the gate, not off an atomic's token
+    store = [o for o in memory_ops(text) if o[0] == "store_view_tko"]
+    assert store and store[0][1] == gate
+    assert text.count("cmpi less_than") >= 6 and "unsigned" in text
 
 
 def test_hints_facts_debug_info_and_inbounds(tool, disasm_tool, tmp_path):

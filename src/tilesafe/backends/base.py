@@ -40,7 +40,8 @@ class KernelArg:
 
     ``kind`` is the IR parameter kind: ``"tensor"`` (a shared input), ``"partition"`` (the
     partitioned output a ``tc.MutTensor`` names), ``"mapped"`` (a mapped partition),
-    ``"pointer"`` (a raw pointer) or ``"scalar"``. For memory, ``data`` is the allocation's
+    ``"atomic"`` (the whole tensor a ``tc.AtomicTensor`` updates), ``"pointer"`` (a raw
+    pointer) or ``"scalar"``. For memory, ``data`` is the allocation's
     storage (a 1-D numpy array on ``cpu``, a device buffer on ``cuda``), ``offset`` the view's
     element offset, ``shape``/``strides`` in elements; partitions add their tile shape,
     mapped partitions their map shape, an indexed partition its ``positions`` (an ``(n, rank)``

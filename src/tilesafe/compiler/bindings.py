@@ -20,7 +20,8 @@ from ..shapes import tile_grid
 
 @dataclass(frozen=True)
 class TensorBinding:
-    """A tensor argument: ``data`` is a strided numpy view of host storage (storage dtype)."""
+    """A tensor argument (a shared input, or an atomic tensor, which the atomic ops update in
+    place): ``data`` is a strided numpy view of host storage (storage dtype)."""
 
     data: np.ndarray
     dtype: DType

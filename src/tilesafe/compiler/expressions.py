@@ -40,8 +40,8 @@ from .ir import Value
 from .ops.elementwise import BINARY_OPERATORS
 from .ops.memory import tensor_shape
 from .source import DeviceFunction, SourceFunction
-from .types import (MappedPartitionType, PartitionIndexType, PartitionViewType, TensorViewType,
-                    TileType)
+from .types import (AtomicTensorType, MappedPartitionType, PartitionIndexType,
+                    PartitionViewType, TensorViewType, TileType)
 
 
 _AST_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -83,6 +83,8 @@ def _receiver_kind(value: Value) -> Optional[str]:
         return "mapped"
     if isinstance(t, PartitionIndexType):
         return "index"
+    if isinstance(t, AtomicTensorType):
+        return "atomic"
     return None
 
 
@@ -222,6 +224,11 @@ class ExpressionLowering:
         elif isinstance(t, TensorViewType):
             if attr == "shape":
                 return t.shape if t.mutable else tensor_shape(self.b, value)
+            if attr == "ndim":
+                return t.rank
+        elif isinstance(t, AtomicTensorType):
+            if attr == "shape":
+                return tensor_shape(self.b, value)
             if attr == "ndim":
                 return t.rank
         elif isinstance(t, PartitionViewType) and attr == "tile_shape":

@@ -34,7 +34,8 @@ from typing import Any
 from ..errors import SignatureError
 from .builder import IRBuilder
 from .ir import Block, KernelIR, KernelParam, Value
-from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
+from .signature import (AtomicSpec, ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec,
+                        TensorSpec)
 from .source import DeviceFunction, SourceFunction
 from .specialize import Specialization
 from .statements import FunctionLowering
@@ -61,6 +62,7 @@ def build_ir(name: str, source: SourceFunction, params: list[Param],
         kind = ("pointer" if isinstance(p.spec, PointerSpec) else
                 "scalar" if isinstance(p.spec, ScalarSpec) else
                 "mapped" if isinstance(p.spec, MappedSpec) else
+                "atomic" if isinstance(p.spec, AtomicSpec) else
                 "mut_tensor" if isinstance(p.spec, TensorSpec) and p.spec.mutable else "tensor")
         _check_output_rank(name, p, t)
         value = Value(t, p.name, weak=p.name in weak)

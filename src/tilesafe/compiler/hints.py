@@ -13,7 +13,7 @@ Per-architecture keys are ``"sm_NN"`` (``sm_90``, ``sm_100``, ``sm_120``, ...) a
 ``"default"``; tileiras uses the entry for the target's architecture, else ``default``.
 
 ``tensor_dim_factor`` is a promise: every dynamic extent of the tensor parameters (the ``-1``
-extents of a ``tc.Tensor``, every extent of the tensor a ``tc.MutTensor`` or
+extents of a ``tc.Tensor`` or ``tc.AtomicTensor``, every extent of the tensor a ``tc.MutTensor`` or
 ``tc.MappedPartitionMut`` partitions) is a multiple of the factor (a power of two), so the
 compiler may use aligned, vectorized accesses. ``{"tensor_dim_factor": {"x": 16, "z": 8}}``
 gives it per parameter instead. The launch checks the promise on every device
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .._callsite import caller_location
 from ..errors import ArgumentError, SignatureError
-from .signature import MappedSpec, Param, TensorSpec
+from .signature import AtomicSpec, MappedSpec, Param, TensorSpec
 
 KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
 #: The kernel-wide hint: a promise on the tensor parameters' extents.
@@ -133,16 +133,17 @@ def factors_by_name(hints: Optional[Mapping], tensor_names: Sequence[str]) -> di
 
 def covered_dims(param: Param, rank: int) -> tuple[int, ...]:
     """The extents ``tensor_dim_factor`` covers for ``param`` (the dynamic ones the kernel
-    receives): the ``-1`` extents of a ``tc.Tensor``; every extent of the tensor a
-    ``tc.MutTensor`` or ``tc.MappedPartitionMut`` partitions (``rank`` is its rank)."""
+    receives): the ``-1`` extents of a ``tc.Tensor`` or ``tc.AtomicTensor``; every extent of
+    the tensor a ``tc.MutTensor`` or ``tc.MappedPartitionMut`` partitions (``rank`` is its
+    rank)."""
     spec = param.spec
-    if isinstance(spec, TensorSpec) and not spec.mutable:
+    if isinstance(spec, AtomicSpec) or isinstance(spec, TensorSpec) and not spec.mutable:
         return tuple(i for i, d in enumerate(spec.shape) if d is None)
     return tuple(range(rank))
 
 
 def _tensor_params(params: Sequence[Param]) -> list[Param]:
-    return [p for p in params if isinstance(p.spec, (TensorSpec, MappedSpec))]
+    return [p for p in params if isinstance(p.spec, (TensorSpec, MappedSpec, AtomicSpec))]
 
 
 def dim_factors(hints: Optional[Mapping], params: Sequence[Param]) -> dict[str, int]:
@@ -177,8 +178,10 @@ def check_dim_factors(kernel_name: str, params: Sequence[Param], args: Sequence[
         for axis in covered_dims(p, len(a.shape)):
             extent = a.shape[axis]
             if extent % factor:
-                whose = ("its dynamic extents" if isinstance(p.spec, TensorSpec)
-                         and not p.spec.mutable else "the extents of the tensor it partitions")
+                shared = isinstance(p.spec, AtomicSpec) or \
+                    isinstance(p.spec, TensorSpec) and not p.spec.mutable
+                whose = ("its dynamic extents" if shared
+                         else "the extents of the tensor it partitions")
                 raise ArgumentError(
                     f"argument '{p.name}' of '{kernel_name}' has shape {tuple(a.shape)}: extent "
                     f"{axis} is {extent}, but the kernel's hint tensor_dim_factor={factor} "

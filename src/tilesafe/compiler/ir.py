@@ -74,8 +74,8 @@ class KernelParam:
     """A kernel parameter as the IR sees it.
 
     ``kind`` is one of ``"tensor"`` (shared), ``"mut_tensor"`` (exclusive sub-tensor),
-    ``"mapped"`` (a mapped output partition), ``"scalar"`` (runtime scalar, a rank-0 tile) or
-    ``"pointer"`` (raw, unsafe). Compile-time
+    ``"mapped"`` (a mapped output partition), ``"atomic"`` (updated by atomic read-modify-writes
+    only), ``"scalar"`` (runtime scalar, a rank-0 tile) or ``"pointer"`` (raw, unsafe). Compile-time
     constants are not parameters of the IR: they are folded into it.
     """
 

@@ -24,8 +24,8 @@ EvalFn = Callable[..., Any]
 BuildFn = Callable[..., Any]
 
 # Receiver kinds for methods: a tile value, a shared tensor, a mutable (owned) tensor, a
-# partition of a shared tensor, a mapped output partition, a partition index.
-RECEIVER_KINDS = ("tile", "tensor", "mut_tensor", "partition", "mapped", "index")
+# partition of a shared tensor, a mapped output partition, a partition index, an atomic tensor.
+RECEIVER_KINDS = ("tile", "tensor", "mut_tensor", "partition", "mapped", "index", "atomic")
 
 
 @dataclass(eq=False)

@@ -21,6 +21,8 @@ Forms:
 * ``tc.MappedPartitionMut[dtype, tile_shape, map_shape]`` — several owned output tiles per
   program (persistent kernels).
 * ``tc.Ptr[dtype]`` — a raw pointer: makes the kernel unsafe.
+* ``tc.AtomicTensor[dtype, shape]`` — a tensor every program may update, only by atomic
+  read-modify-writes (passed as ``ts.atomic(t)``); ``shape`` as for ``tc.Tensor``.
 
 A name has one role in a signature: a dtype name, a whole-shape name or an extent name.
 """
@@ -146,7 +148,16 @@ class MappedSpec:
     map_shape: Union[tuple[ShapeEntry, ...], str]
 
 
-ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec]
+@dataclass(frozen=True)
+class AtomicSpec:
+    """``tc.AtomicTensor[dtype, shape]``: ``shape`` as a shared ``tc.Tensor``'s (ints, -1 for
+    dynamic, names)."""
+
+    dtype: Union[DType, str]
+    shape: tuple[ShapeEntry, ...]
+
+
+ParamSpec = Union[TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec, AtomicSpec]
 
 
 def _at_annotation(build):
@@ -211,6 +222,29 @@ class MappedPartitionMut:
         return _at_annotation(build)
 
 
+class AtomicTensor:
+    """``tc.AtomicTensor[dtype, shape]``: a tensor that every tile program may update, by
+    atomic read-modify-writes only (safety rule 12). Pass ``ts.atomic(t)``: the launch
+    borrows ``t`` exclusively until it completes and hands ``t`` back. In the kernel it has
+    ``atomic_add``, ``atomic_max``, ``atomic_min`` and, for integers, ``atomic_and``,
+    ``atomic_or`` and ``atomic_xor`` (``a.atomic_add(value, *indices, mask=None)``), and
+    ``shape``; no loads, stores, indexing or partitions, so concurrent programs never race.
+    ``shape`` is a tuple like a ``tc.Tensor``'s: ints, ``-1`` (dynamic) or names.
+    """
+
+    def __class_getitem__(cls, item):
+        def build():
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise SignatureError("AtomicTensor[...] takes a dtype and a shape",
+                                     hint="e.g. tc.AtomicTensor[tc.i32, (-1,)]")
+            if isinstance(item[1], str):
+                raise SignatureError(f"a tc.AtomicTensor needs an explicit shape tuple, got "
+                                     f"{item[1]!r}", hint="use (-1,) style dynamic dims or "
+                                     "names per extent, e.g. tc.AtomicTensor[tc.i32, (\"B\",)]")
+            return AtomicSpec(_dtype_entry(item[0]), _shape_entries(item[1], False))
+        return _at_annotation(build)
+
+
 class Const:
     """``tc.Const[int]`` (or ``float``, ``bool``, ``tc.DType``): a compile-time constant
     parameter. Its value is part of the kernel's specialization."""
@@ -250,11 +284,12 @@ class Param:
 
 
 def _spec_of(annotation: Any) -> ParamSpec:
-    if isinstance(annotation, (TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec)):
+    if isinstance(annotation, (TensorSpec, ConstSpec, ScalarSpec, PointerSpec, MappedSpec,
+                               AtomicSpec)):
         return annotation
     if annotation is Const:
         return ConstSpec(None)
-    if annotation in (Tensor, MutTensor):
+    if annotation in (Tensor, MutTensor, AtomicTensor):
         raise SignatureError(f"{annotation.__name__} needs a dtype and a shape",
                              hint=f"e.g. tc.{annotation.__name__}[tc.f32, (-1,)]")
     if annotation in (int, float, bool) or isinstance(annotation, DType):
@@ -266,7 +301,8 @@ def _spec_of(annotation: Any) -> ParamSpec:
                              "tc.Const[int], int, float or a dtype")
     raise SignatureError(f"unsupported parameter annotation {annotation!r}",
                          hint="use tc.Tensor[...], tc.MutTensor[...], tc.MappedPartitionMut[...],"
-                         " tc.Const[...], tc.Ptr[...], int, float, bool or a dtype")
+                         " tc.AtomicTensor[...], tc.Const[...], tc.Ptr[...], int, float, bool "
+                         "or a dtype")
 
 
 def _evaluate_annotations(fn: Any, where: Location, kernel: str) -> dict[str, Any]:
@@ -333,7 +369,7 @@ def annotation_names(spec: ParamSpec):
     tuple)."""
     if isinstance(getattr(spec, "dtype", None), str):
         yield "dtype", spec.dtype
-    shapes = (spec.shape,) if isinstance(spec, TensorSpec) else \
+    shapes = (spec.shape,) if isinstance(spec, (TensorSpec, AtomicSpec)) else \
         (spec.tile_shape, spec.map_shape) if isinstance(spec, MappedSpec) else ()
     for shape in shapes:
         if isinstance(shape, str):

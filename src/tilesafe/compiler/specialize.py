@@ -26,9 +26,10 @@ from typing import Any, Optional, Union
 from ..dtypes import DType, as_dtype
 from ..errors import (ArgumentError, DTypeMismatchError, PartitionError, PartitionRankError,
                       ExtentMismatchError, RankMismatchError, TileShapeMismatchError)
-from .signature import ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec, TensorSpec
-from .types import (MAX_PARTITION_RANK, MappedPartitionType, PointerType, TensorViewType,
-                    TileType, tile_shape_problem)
+from .signature import (AtomicSpec, ConstSpec, MappedSpec, Param, PointerSpec, ScalarSpec,
+                        TensorSpec)
+from .types import (MAX_PARTITION_RANK, AtomicTensorType, MappedPartitionType, PointerType,
+                    TensorViewType, TileType, tile_shape_problem)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ArgInfo:
 
     kind: ``"tensor"``, ``"partition"`` (``value``: the dtype of an indexed partition's
     positions, else None), ``"mapped"`` (``value`` holds the map shape),
+    ``"atomic"`` (a tensor lent to atomic updates: ``ts.atomic(t)``),
     ``"const"`` (a Python value, for constants and runtime scalars) or ``"unbound"`` (a
     ``tc.Const`` the caller left out, for :func:`specialize` to bind from the arguments'
     shapes: :data:`UNBOUND`).
@@ -230,6 +232,9 @@ def specialize(kernel_name: str, params: list[Param], args: list[ArgInfo],
         if isinstance(spec, MappedSpec):
             types.append((p.name, _mapped_type(kernel_name, p, spec, a, names)))
             continue
+        if isinstance(spec, AtomicSpec):
+            types.append((p.name, _atomic_type(kernel_name, p, spec, a, names)))
+            continue
         types.append((p.name, _tensor_type(kernel_name, p, spec, a, names)))
     unbound = [p.name for p in params if p.name in names.left_out and p.name not in names.consts]
     if unbound:
@@ -249,6 +254,8 @@ def _describe(a: ArgInfo) -> str:
         return f"a {a.dtype.short} tensor of shape {a.shape}"
     if a.kind == "unbound":
         return "nothing (it was left out)"
+    if a.kind == "atomic":
+        return f"ts.atomic(...) of a {a.dtype.short} tensor of shape {a.shape}"
     return f"a {a.kind} partition of a {a.dtype.short} tensor"
 
 
@@ -297,6 +304,13 @@ def _mapped_type(kernel_name: str, p: Param, spec: MappedSpec, a: ArgInfo,
 def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo,
                  names: _Names) -> TensorViewType:
     label, where = f"argument '{p.name}' of '{kernel_name}'", names.where
+    if a.kind == "atomic":
+        kind = "tc.MutTensor" if spec.mutable else "shared tc.Tensor"
+        raise ArgumentError(f"{label} is a {kind}, got {_describe(a)}: an atomic borrow only "
+                            "goes to a tc.AtomicTensor parameter", where,
+                            hint="pass the tensor itself" + (
+                                " partitioned (t.partition(tile_shape))" if spec.mutable else "")
+                            + ", or declare the parameter as tc.AtomicTensor[...]")
     if spec.mutable and a.kind != "partition":
         raise ArgumentError(f"{label} is a tc.MutTensor: pass a partition of a tensor, got a "
                             f"{a.kind}", where, hint="pass t.partition(tile_shape) or "
@@ -321,14 +335,33 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo,
                                  hint="partition with powers of two (e.g. 1024 or (64, 64)); "
                                  "edge tiles are masked, so extents need not divide")
         return TensorViewType(a.dtype, tile, True, positions=a.value)
-    if len(spec.shape) != len(a.shape):
-        raise RankMismatchError(f"{label} must have rank {len(spec.shape)}, got shape {a.shape}",
+    return TensorViewType(a.dtype, _shared_dims(label, p, spec.shape, a, names), False)
+
+
+def _atomic_type(kernel_name: str, p: Param, spec: AtomicSpec, a: ArgInfo,
+                 names: _Names) -> AtomicTensorType:
+    label, where = f"argument '{p.name}' of '{kernel_name}'", names.where
+    if a.kind != "atomic":
+        raise ArgumentError(f"{label} is a tc.AtomicTensor, got {_describe(a)}", where,
+                            hint="lend the tensor to the launch's atomic updates: pass "
+                            "ts.atomic(t) (the launch hands t back)")
+    _check_dtype(spec.dtype, a, names, p, label, kernel_name, where)
+    return AtomicTensorType(a.dtype, _shared_dims(label, p, spec.shape, a, names))
+
+
+def _shared_dims(label: str, p: Param, spec_shape: tuple, a: ArgInfo,
+                 names: _Names) -> tuple:
+    """A ``tc.Tensor``'s or ``tc.AtomicTensor``'s extents: names bound, static extents
+    checked, ``None`` for a dynamic one."""
+    where = names.where
+    if len(spec_shape) != len(a.shape):
+        raise RankMismatchError(f"{label} must have rank {len(spec_shape)}, got shape {a.shape}",
                             where, hint="reshape the tensor on the host (t.reshape)")
-    for d, actual in zip(spec.shape, a.shape):
+    for d, actual in zip(spec_shape, a.shape):
         if isinstance(d, str):
             names.bind(d, actual, f"the shape {a.shape} of '{p.name}'", ExtentMismatchError)
     dims = []
-    for d, actual in zip(spec.shape, a.shape):
+    for d, actual in zip(spec_shape, a.shape):
         want = names.value(d) if isinstance(d, str) else d
         if want is not None and want != actual:
             passed = [d] if isinstance(d, str) and d in names.given else []
@@ -340,7 +373,7 @@ def _tensor_type(kernel_name: str, p: Param, spec: TensorSpec, a: ArgInfo,
                                      "out: the launch binds it from the tensor)"
                                      if passed else ""))
         dims.append(want)
-    return TensorViewType(a.dtype, tuple(dims), False)
+    return tuple(dims)
 
 
 def specialize_from_names(kernel_name: str, params: list[Param],
@@ -394,6 +427,8 @@ def specialize_from_names(kernel_name: str, params: list[Param],
             tile = resolve_shape(spec.tile_shape)
             infos.append(ArgInfo("mapped", resolve_dtype(spec.dtype), tile, tile,
                                  resolve_shape(spec.map_shape)))
+        elif isinstance(spec, AtomicSpec):
+            infos.append(ArgInfo("atomic", resolve_dtype(spec.dtype), resolve_shape(spec.shape)))
         elif spec.mutable:
             tile = resolve_shape(spec.shape)
             infos.append(ArgInfo("partition", resolve_dtype(spec.dtype), tile, tile))

@@ -2,7 +2,8 @@
 
 A *tile* is an immutable value with a static shape and an element type; scalars are rank-0
 tiles. A *tensor view* is a kernel parameter in global memory: shared (read-only, dims may be
-dynamic) or mutable (the tile program's own sub-tensor, static tile shape). A *partition view*
+dynamic) or mutable (the tile program's own sub-tensor, static tile shape). An *atomic tensor*
+is one that every program updates by atomic read-modify-writes only. A *partition view*
 is a shared tensor cut into tiles of a static shape. This module also owns Tile IR's tile-shape
 rules (powers of two, at most 2**24 elements), enforced on every device.
 """
@@ -84,6 +85,23 @@ class TensorViewType:
 
 
 @dataclass(frozen=True)
+class AtomicTensorType:
+    """A ``tc.AtomicTensor`` parameter: global memory that every program may update by atomic
+    read-modify-writes only (no loads, no stores). ``shape`` as a shared tensor view's."""
+
+    dtype: DType
+    shape: tuple[Optional[int], ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        dims = "x".join("?" if d is None else str(d) for d in self.shape)
+        return f"atomic_tensor<{dims}x{self.dtype.short}>"
+
+
+@dataclass(frozen=True)
 class PartitionViewType:
     """A shared tensor viewed as a grid of ``tile_shape`` tiles (read-only)."""
 
@@ -153,7 +171,7 @@ class PartitionIndexType:
 
 
 IRType = (TileType | TensorViewType | PartitionViewType | PointerType | MappedPartitionType
-          | PartitionIndexType)
+          | PartitionIndexType | AtomicTensorType)
 
 
 def is_power_of_two(n: int) -> bool:

@@ -7,8 +7,9 @@ arguments determine (a shape tuple names it) may be left out: it is bound from t
 shapes (see ``compiler.specialize``).
 
 :func:`result_type` is what ``.sync()`` of a launch returns: a named tuple of the very
-tensor-like objects the caller passed (tensors, partitions, mapped partitions, pointers), in
-parameter order, readable by parameter name (``r.z``); ``tc.Const`` and scalar arguments are
+tensor-like objects the caller passed (tensors, partitions, mapped partitions, pointers; for
+an atomic borrow ``ts.atomic(t)``, the tensor ``t``), in parameter order, readable by
+parameter name (``r.z``); ``tc.Const`` and scalar arguments are
 not in it, so adding one to a kernel does not change what its callers unpack.
 
 This module imports the compiler's signature types and ``errors``.

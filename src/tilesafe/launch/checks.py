@@ -1,6 +1,7 @@
 """The launch boundary: ``prepare`` validates a launch before anything runs and lends its
 arguments to it; ``kernel_args`` describes them for the backend; ``recover`` hands back the
-very objects the caller passed (same type in, same type out).
+very objects the caller passed (same type in, same type out; for an atomic borrow,
+``ts.atomic(t)``, the tensor ``t``: ``handed_back``).
 
 Checks, in order, each with its own error: argument count and kinds, moved tensors
 (MovedError), a mutable argument overlapping any other argument (AliasingError), the signature
@@ -32,6 +33,7 @@ from ..dtypes import DType
 from ..errors import (AliasingError, ArgumentError, DeviceMismatchError, Location,
                       PartitionError)
 from ..deviceops.deviceop import DeviceOp
+from ..host.atomic import AtomicBorrow
 from ..host.lazy import PartitionOp, TensorOp
 from ..host.partition import MappedPartition, Partition
 from ..host.tensor import Tensor
@@ -109,8 +111,9 @@ def _outputs(args: Sequence[Any]):
 
 def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
     """``(param, argument, tensor, mutable)`` for every argument that touches memory: a
-    partitioned output (a mapped one included; ``argument`` is then its partition) is
-    mutable, a tensor input only when the parameter is a raw pointer."""
+    partitioned output (a mapped one included; ``argument`` is then its partition) and an
+    atomic borrow (``ts.atomic(t)``) are mutable, a tensor input only when the parameter is a
+    raw pointer."""
     for p, a in zip(params, args):
         if isinstance(a, MappedPartition):
             yield p, a.partition, a.partition._tensor, True
@@ -118,6 +121,8 @@ def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
             yield p, a, a._tensor, True
             if a.positions is not None:  # an indexed partition reads its positions
                 yield p, a.positions, a.positions, False
+        elif isinstance(a, AtomicBorrow):
+            yield p, a, a._tensor, True
         elif isinstance(a, Tensor):
             yield p, a, a, isinstance(p.spec, PointerSpec)
 
@@ -145,7 +150,7 @@ def describe(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[in
              else _arg_info(p, a, kernel_name, where) for p, a in zip(params, args)]
     spec, g = _specialization(rules, infos, args, grid, where)
     devices = {a.device for a in args if isinstance(a, (DeviceOp, Tensor, Partition,
-                                                        MappedPartition))}
+                                                        MappedPartition, AtomicBorrow))}
     device = devices.pop() if len(devices) == 1 else default_device()
     return PreparedLaunch(spec, g, None, [], where, device, None)
 
@@ -177,6 +182,9 @@ def _arg_info(param: Param, value: Any, kernel_name: str, where: Location) -> Ar
     if isinstance(value, Tensor):
         value._check_usable("launch with it")
         return ArgInfo("tensor", value.dtype, value.shape)
+    if isinstance(value, AtomicBorrow):
+        value._check_usable("launch with it")
+        return ArgInfo("atomic", value.dtype, value.shape)
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, (bool, int, float, str, DType, tuple)):
@@ -248,7 +256,9 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     inputs, mutable for outputs and raw pointers."""
     wanted = []
     for p, a, t, mutable in tensor_arguments(params, args):
-        action = f"launch with '{p.name}'" if a is t else f"launch with the partition '{p.name}'"
+        action = (f"launch with '{p.name}'" if a is t else
+                  f"launch with the atomic tensor '{p.name}'" if isinstance(a, AtomicBorrow)
+                  else f"launch with the partition '{p.name}'")
         wanted.append((t._alloc.loans, *t.span(), mutable, action))
     return wanted
 
@@ -304,6 +314,8 @@ def kernel_args(params: Sequence[Param], args: Sequence[Any]) -> list[KernelArg]
             tile_shape, map_shape = a.partition.tile_shape, a.map_shape
         elif isinstance(a, Partition):
             kind, t, tile_shape = "partition", a._tensor, a.tile_shape
+        elif isinstance(a, AtomicBorrow):
+            kind, t = "atomic", a._tensor
         else:
             kind, t = ("pointer" if isinstance(p.spec, PointerSpec) else "tensor"), a
         described.append(KernelArg(p.name, kind, t.dtype, data=t._alloc.data,
@@ -424,9 +436,15 @@ def _prepare(rules: LaunchRules, args: Sequence[Any], grid: Optional[Sequence[in
             plans.clear()
         plan = plans[key] = LaunchPlan(tuple(args), ownership_epoch(), spec, g, device,
                                        borrows, _borrowed_partitions(args),
-                                       result_of(rules.result, tuple(args)) if rules.result
-                                       else tuple(args))
+                                       result_of(rules.result, handed_back(args))
+                                       if rules.result else handed_back(args))
     return PreparedLaunch(spec, g, tuple(args), loans, where, device, plan)
+
+
+def handed_back(args: Sequence[Any]) -> tuple:
+    """What a launch hands back for its arguments: each argument itself, except an atomic
+    borrow (``ts.atomic(t)``), for which it hands back the tensor ``t``."""
+    return tuple(a._tensor if isinstance(a, AtomicBorrow) else a for a in args)
 
 
 def _borrowed_partitions(args: Sequence[Any]) -> list:
@@ -454,7 +472,7 @@ def recover(prepared: PreparedLaunch, stream: Any, *, spend: bool = True,
     for loan in prepared.loans:  # (no lock: a check seeing either stream is still sound)
         loan.stream = stream
     stream.on_complete(prepared.loans, borrowed, prepared.where)
-    return prepared.plan.result if prepared.plan is not None else prepared.args
+    return prepared.plan.result if prepared.plan is not None else handed_back(prepared.args)
 
 
 __all__ = ["LaunchRules", "LaunchPlan", "PreparedLaunch", "prepare", "describe", "recover", "launch_grid",

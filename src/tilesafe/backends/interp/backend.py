@@ -34,7 +34,7 @@ def binding(arg: KernelArg) -> Any:
     if arg.kind == "partition":
         positions = arg.positions.array() if arg.positions is not None else None
         return MutTensorBinding(arg.array(), arg.dtype, arg.tile_shape, positions)
-    return TensorBinding(arg.array(), arg.dtype)
+    return TensorBinding(arg.array(), arg.dtype)  # a shared input or an atomic tensor
 
 
 def check_positions(kernel_name: str, bindings: Sequence[Any], names: Sequence[str]) -> None:

@@ -2,4 +2,4 @@
 the registry (``compiler.registry``)."""
 
 from . import elementwise, shape, reduce, matmul, memory, mapped, control  # noqa: F401
-from . import indexed, debug, random  # noqa: F401
+from . import indexed, debug, random, atomic  # noqa: F401

@@ -33,8 +33,8 @@ from ..bindings import PartitionBinding, PointerBinding, TensorBinding
 from ..builder import is_py_scalar
 from ..ir import Value
 from ..registry import builtin, op
-from ..types import (MappedPartitionType, PartitionViewType, PointerType, TensorViewType,
-                     TileType, broadcast_shapes)
+from ..types import (AtomicTensorType, MappedPartitionType, PartitionViewType, PointerType,
+                     TensorViewType, TileType, broadcast_shapes)
 
 PADDING_VALUES = {"zero": 0.0, "neg_zero": -0.0, "nan": math.nan, "pos_inf": math.inf,
                   "neg_inf": -math.inf}
@@ -115,12 +115,13 @@ builtin("get_num_tile_blocks", _build_num_blocks.__doc__, _build_num_blocks)
 
 def _tensor_dim_rule(types, attrs):
     (t,) = types
-    if not isinstance(t, TensorViewType):
+    if not isinstance(t, (TensorViewType, AtomicTensorType)):
         raise CompileError(f"shape of a {t}")
     return (TileType(dt.int32, ()),)
 
 
-op("tensor_dim", "The runtime extent of a tensor parameter along ``axis`` (i32).",
+op("tensor_dim", "The runtime extent of a tensor (or atomic tensor) parameter along ``axis`` "
+   "(i32).",
    _tensor_dim_rule, lambda ctx, attrs, x: np.int32(x.data.shape[attrs["axis"]]))
 
 
@@ -353,6 +354,12 @@ def _build_load_like(b, x, z, padding=0, *, latency=None, allow_tma=None):
     problem = _output_read(x.type, x.name) if isinstance(x, Value) else None
     if problem:
         raise b.error(SafetyError, *problem)
+    if isinstance(x, Value) and isinstance(x.type, AtomicTensorType):
+        raise b.error(SafetyError, f"load_tile_like cannot read the atomic tensor '{x.name}': "
+                      "a tc.AtomicTensor has atomic read-modify-writes only, no loads (safety "
+                      "rule 12), since other programs update it concurrently",
+                      "read it on the host after the launch completes, or in a later launch "
+                      "as a tc.Tensor")
     if not (isinstance(x, Value) and isinstance(x.type, TensorViewType)):
         raise b.error(CompileError, "load_tile_like(x, z): x must be a tensor parameter",
                       "pass a tc.Tensor parameter")

@@ -4,8 +4,9 @@ bytecode.
 ``kernel`` holds the entry point (:func:`lower_kernel`), the kernel ABI (:func:`abi_signature`),
 the launcher's facts (:func:`normalize_facts`), the entry prelude and
 :func:`waits_for_predecessor`; ``context`` the state shared by the per-op lowerings
-(:class:`LoweringContext`); ``arith``, ``tile``, ``memory``, ``control`` and ``debug`` lower the
-ops, each registering its functions on the op's registry declaration when imported (this
+(:class:`LoweringContext`); ``arith``, ``tile``, ``memory``, ``indexed``, ``positions``,
+``atomic``, ``control`` and ``debug`` lower the ops, each registering its functions on the op's
+registry declaration when imported (this
 package imports all five).
 
 It builds modules with the ``bytecode`` package and reads ``tilesafe.compiler``,
@@ -15,7 +16,7 @@ It builds modules with the ``bytecode`` package and reads ``tilesafe.compiler``,
 build on it (``tests/tileir/test_tileir_layers.py`` checks this).
 """
 
-from . import arith, control, debug, indexed, memory, tile  # noqa: F401 (registers the lowerings)
+from . import arith, atomic, control, debug, indexed, memory, tile  # noqa: F401 (lowerings)
 from .context import LoweringContext, PartitionArg, TensorArg, lowers, scalar_type
 from .kernel import (AbiArg, Facts, abi_signature, lower_kernel, normalize_facts,
                      waits_for_predecessor)

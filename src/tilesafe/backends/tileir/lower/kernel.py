@@ -22,6 +22,7 @@ IR param kind   entry parameters
                 kernel views it in tiles of the IR's static tile shape and program ``(x, y,
                 z)`` owns tile ``(x, y, z)[:rank]``
 ``mapped``      ``ptr``, dims, strides of the whole tensor of a mapped partition
+``atomic``      ``ptr``, dims, strides of the whole atomic tensor (``tc.AtomicTensor``)
 ``scalar``      ``value``: the scalar itself in its dtype (bool: one byte, 0 or 1)
 ``pointer``     ``ptr``: the address of the tensor's element 0 (raw, unsafe)
 =============== ==========================================================================
@@ -63,7 +64,7 @@ Facts (``facts=``): what the launcher knows about the arguments, as ``assume`` o
 ----------------------------------------------------------------------------------
 A mapping ``{param name: {key: value}}``; every key is optional:
 
-* tensor-like params (``tensor``, ``mut_tensor``, ``mapped``):
+* tensor-like params (``tensor``, ``mut_tensor``, ``mapped``, ``atomic``):
   ``ptr_align`` (int, power of two: the address is divisible by this many bytes),
   ``dims_div`` / ``strides_div`` (tuple, one entry per dim: a power of two dividing the dim /
   stride, or None), ``strides`` (tuple: the exact stride in elements, or None; a known stride,
@@ -93,7 +94,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 from ....compiler.bounds import fault_sites, indexed_params
 from ....compiler.hints import arch_hints, factors_by_name
 from ....compiler.ir import KernelIR, KernelParam
-from ....compiler.types import MappedPartitionType, TensorViewType
+from ....compiler.types import AtomicTensorType, MappedPartitionType, TensorViewType
 from ....dtypes import DType
 from ....errors import CompileError
 from ..bytecode import (I8, I32, I64, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
@@ -109,7 +110,7 @@ __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
 
-_TENSOR_KINDS = ("tensor", "mut_tensor", "mapped")
+_TENSOR_KINDS = ("tensor", "mut_tensor", "mapped", "atomic")
 _FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides"),
               "pointer": ("ptr_align",), "scalar": ("div_by", "bounds")}
 
@@ -291,7 +292,8 @@ def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
         rank = _rank(p)
         raw_dims = [next(entry_values) for _ in range(rank)]
         raw_strides = [next(entry_values) for _ in range(rank)]
-        static = (t.shape if isinstance(t, TensorViewType) and not t.mutable else (None,) * rank)
+        static = (t.shape if isinstance(t, AtomicTensorType) or
+                  isinstance(t, TensorViewType) and not t.mutable else (None,) * rank)
         dims_div = fact.get("dims_div") or (None,) * rank
         dims: list[Union[int, Value]] = []
         for dim, known, div in zip(raw_dims, static, dims_div):
