@@ -1,15 +1,17 @@
 """Atomic tensors on cuda:0: many programs updating one tensor concurrently lose no update
 (histograms with heavy contention, every integer mode against numpy), float sums stay within
 tolerance of float64, and out-of-range lanes never touch memory: the bytes around an atomic
-view keep their sentinel values. (On the GPU those lanes are masked off silently for now; the
-interpreter raises for them. Reporting them on the device is left to a shared device-fault
-mechanism, see ``backends.tileir.lower.atomic.in_bounds_mask``.)"""
+view keep their sentinel values, and the launch raises IndexOutOfRangeError at its sync, as the
+interpreter does at the access."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
 import tilesafe as ts
 import tilesafe.core as tc
+from tilesafe.errors import IndexOutOfRangeError
 
 from examples.histogram import expert_counts, histogram, histogram_onehot
 
@@ -97,11 +99,13 @@ def scatter_masked_by_bounds(h: tc.AtomicTensor[tc.i32, (-1,)], at: tc.Tensor[tc
     h.atomic_add(1, at.partition((16,)).load(0))
 
 
-def test_out_of_range_lanes_touch_no_memory():
+def test_out_of_range_lanes_touch_no_memory_and_are_reported():
     base = ts.full(32, 7, dtype=ts.int32, device=GPU).sync()
     view = base[8:16]
     at = np.array([-8, -1, 0, 3, 7, 8, 9, 24, 3, 3, -100, 1000, 0, 7, 8, -2], np.int32)
-    scatter_masked_by_bounds(ts.atomic(view), _tensor(at), grid=(1,)).sync()
+    with pytest.raises(IndexOutOfRangeError, match=r"tile program \(0, 0, 0\): atomic_add "
+                       r"index 1000 along axis 0 is outside \[0, 8\) of the atomic tensor 'h'"):
+        scatter_masked_by_bounds(ts.atomic(view), _tensor(at), grid=(1,)).sync()
     got = base.numpy()
     want = np.full(32, 7, np.int32)
     for i in at[(at >= 0) & (at < 8)]:

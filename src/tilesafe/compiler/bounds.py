@@ -30,10 +30,11 @@ from .ir import KernelIR, Operation, Value
 from .types import PartitionViewType, TensorViewType, TileType
 
 __all__ = ["Range", "index_ranges", "checked_accesses", "CHECKED_OPS", "out_of_range_message",
-           "positions_message", "positions_problem", "indexed_params", "fault_sites"]
+           "positions_message", "positions_problem", "indexed_params", "fault_sites",
+           "access_rank"]
 
 #: the ops whose indices are data-dependent and bounds-checked on every device
-CHECKED_OPS = ("partition_load", "gather")
+CHECKED_OPS = ("partition_load", "gather", "atomic_rmw")
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -261,17 +262,29 @@ def fault_sites(kernel: KernelIR) -> list:
     return checked_accesses(kernel) + indexed_params(kernel)
 
 
+def access_rank(op: Operation) -> int:
+    """The number of index axes of a checked access."""
+    if op.name == "atomic_rmw":
+        return op.operands[0].type.rank
+    return len(op.operands) - 1  # (the tensor or partition, then one index per axis)
+
+
 def out_of_range_message(op_name: str, index: Sequence[Optional[int]],
-                         bounds: Sequence[Optional[int]]) -> str:
-    """The words both devices use for an index that failed its check: for a partition, the
-    tile coordinates and the tile grid; for a gather, the element index and the extent per
-    axis (an axis whose index was in range is None)."""
+                         bounds: Sequence[Optional[int]], attrs: Optional[dict] = None) -> str:
+    """The words both devices use for an index of a checked access (op ``op_name`` with
+    ``attrs``) that failed its check: for a partition, the tile coordinates and the tile grid;
+    for a gather or an atomic update, per axis the largest offending element index and the
+    extent (None for an axis whose indices were all in range)."""
     if op_name == "partition_load":
         return (f"partition index {tuple(int(i) for i in index)} is outside the tile grid "
                 f"{tuple(int(b) for b in bounds)}")
-    parts = [f"{int(i)} along axis {axis} is outside [0, {int(b)})"
-             for axis, (i, b) in enumerate(zip(index, bounds)) if i is not None]
-    return "gather index " + "; ".join(parts)
+    parts = "; ".join(f"{int(i)} along axis {axis} is outside [0, {int(b)})"
+                      for axis, (i, b) in enumerate(zip(index, bounds)) if i is not None)
+    if op_name == "atomic_rmw":
+        attrs = attrs or {}
+        return (f"atomic_{attrs.get('mode')} index {parts} of the atomic tensor "
+                f"'{attrs.get('tensor')}' (no lane outside it was updated)")
+    return "gather index " + parts
 
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...compiler.bounds import fault_sites, out_of_range_message, positions_message
+from ...compiler.bounds import (access_rank, fault_sites, out_of_range_message,
+                                positions_message)
 from ...compiler.ir import KernelIR
 from ...driver import cuda
 from ...errors import IndexOutOfRangeError, PositionsError, TilesafeError
@@ -70,7 +71,7 @@ class FaultRecord:
                                   "program wrote; raised where the launch's stream was "
                                   "synchronized)", hint="give each program a distinct tile "
                                   "inside the partition's tile grid")
-        rank = _rank(op)
+        rank = access_rank(op)
         index = record[WORD_INDEX:WORD_INDEX + rank]
         bounds = record[WORD_BOUND:WORD_BOUND + rank]
         if op.name != "partition_load":
@@ -80,14 +81,9 @@ class FaultRecord:
         where = f"{op.location}: " if op.location else ""
         return IndexOutOfRangeError(
             f"{where}in kernel '{self.kernel_name}', tile program {program}: "
-            f"{out_of_range_message(op.name, index, bounds)} (found by the GPU's bounds check; "
-            f"the access read padding, and the error is raised where the launch's stream was "
-            f"synchronized)")
-
-
-def _rank(op) -> int:
-    """The number of index axes of a checked access (its operands after the tensor)."""
-    return len(op.operands) - 1
+            f"{out_of_range_message(op.name, index, bounds, op.attrs)} (found by the GPU's bounds "
+            "check, which kept the access inside the tensor; raised where the launch's stream "
+            "was synchronized)")
 
 
 def fault_record_for(kernel: KernelIR, index: int) -> Optional[FaultRecord]:

@@ -41,11 +41,13 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...dtypes import DType
-from ...errors import CompileError, DTypeError, SafetyError, ShapeError
+from ...errors import CompileError, DTypeError, IndexOutOfRangeError, SafetyError, ShapeError
+from ..bounds import out_of_range_message
 from ..builder import is_py_scalar
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import AtomicTensorType, TileType, broadcast_shapes
+from .indexed import offending_indices
 
 __all__ = ["MODES", "interpreter_atomic_order", "current_atomic_seed"]
 
@@ -189,10 +191,8 @@ def _atomic_eval(ctx, attrs, a, value, *rest):
             if attrs["masked"] else np.ones(value.shape, dtype=bool))
     bad = _out_of_range(indices, data.shape, live)
     if bad.any():
-        lane = tuple(int(k) for k in np.argwhere(bad)[0])
-        index = tuple(int(i[lane]) for i in indices)
-        ctx.fail(f"atomic_{mode}: index {index} (lane {lane} of the index tile) is outside the "
-                 f"atomic tensor '{attrs['tensor']}' of shape {tuple(data.shape)}")
+        ctx.fail(out_of_range_message("atomic_rmw", offending_indices(indices, data.shape, live),
+                                      data.shape, attrs), IndexOutOfRangeError)
     targets = tuple(i[live].astype(np.int64) for i in indices)
     values = value[live]
     if values.size == 0:

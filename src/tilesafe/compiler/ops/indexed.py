@@ -45,13 +45,16 @@ def _gather_rule(types, attrs):
     return (TileType(x.dtype, shape),)
 
 
-def offending_indices(indices, extents):
-    """Per axis: the largest index that is outside ``[0, extent)``, or None if none is (what
-    both devices report of a failed gather)."""
+def offending_indices(indices, extents, live=None):
+    """Per axis: the largest index that is outside ``[0, extent)`` (among the ``live`` lanes,
+    if given), or None if none is (what both devices report of a failed gather or atomic
+    update)."""
     out = []
     for i, n in zip(indices, extents):
         i = np.asarray(i, dtype=np.int64)
         bad = (i < 0) | (i >= n)
+        if live is not None:
+            bad = bad & live
         out.append(int(i[bad].max()) if np.any(bad) else None)
     return out
 
@@ -64,8 +67,8 @@ def _gather_eval(ctx, attrs, x, *indices):
         inside &= (i >= 0) & (i < n)
     fill = attrs.get("padding_value")
     if fill is None and not np.all(inside):
-        ctx.fail(out_of_range_message("gather", offending_indices(wide, data.shape), data.shape),
-                 IndexOutOfRangeError)
+        ctx.fail(out_of_range_message("gather", offending_indices(wide, data.shape),
+                                      data.shape), IndexOutOfRangeError)
     safe = tuple(np.where(inside, i, 0) for i in wide)
     values = x.dtype.to_compute(data[safe] if safe else data[()])
     if fill is not None:

@@ -30,7 +30,9 @@ from ....compiler.types import AtomicTensorType
 from ....dtypes import DType
 from ..bytecode import (I64, AtomicMode, ComparisonPredicate, MemoryOrdering, MemoryScope,
                         Signedness, TileType, Value)
+from .checks import in_range
 from .context import LoweringContext, TensorArg, lowers
+from .indexed import report_lanes
 
 __all__ = ["in_bounds_mask", "element_offsets"]
 
@@ -74,10 +76,10 @@ def in_bounds_mask(lw: LoweringContext, tensor: TensorArg, indices: Sequence[Val
     every dimension ``d`` (``indices``: i64 tiles of one shape; an unsigned comparison with
     the extent, which is at least 0, checks both bounds at once). An i1 tile.
 
-    This is where an out-of-range index is found on the GPU: its lane is masked off and
-    touches no memory. Reporting it (an error naming the kernel and the index, as the
-    interpreter raises) is left to the shared device-fault mechanism, to be added here: the
-    lanes where this mask is false (and the user's mask true) are the ones to report."""
+    This is where an out-of-range index is kept out of memory on the GPU: its lane is masked
+    off. A checked update (``compiler.bounds``) also reports such a lane to the kernel's fault
+    record (``lower_atomic_rmw``), so the error names the kernel and the index as the
+    interpreter's does."""
     fn = lw.fn
     shape = indices[0].type.shape
     inside = None
@@ -112,8 +114,14 @@ def lower_atomic_rmw(lw: LoweringContext, op: Operation) -> None:
     index_ir = op.operands[2:2 + t.rank]
     indices = _indices_i64(lw, [lw.get(v) for v in index_ir], [v.type.dtype for v in index_ir])
     mask = in_bounds_mask(lw, tensor, indices)
-    if op.attrs["masked"]:
-        mask = lw.fn.andi(mask, lw.get(op.operands[2 + t.rank]))
+    live = lw.get(op.operands[2 + t.rank]) if op.attrs["masked"] else None
+    if live is not None:
+        mask = lw.fn.andi(mask, live)
+    site = lw.checked_sites.get(id(op))
+    if site is not None:  # lanes outside the tensor are masked off above, and reported here
+        dims = [lw.i32(d) if isinstance(d, int) else d for d in tensor.dims]
+        flags = [in_range(lw, i, True, n) for i, n in zip(indices, dims)]
+        report_lanes(lw, site, flags, indices, dims, live)
     shape = tuple(value.type.shape)
     base = tensor.ptr
     if shape:

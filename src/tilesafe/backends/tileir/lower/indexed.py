@@ -12,7 +12,7 @@ Imports the ``bytecode`` package and its sibling lowering modules only.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .... import dtypes as dt
 from ....compiler.ir import Operation
@@ -82,16 +82,34 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
     tile, _ = fn.load_ptr_tko(pointers, mask=mask, padding=padding, token=lw.gate)
     site = lw.checked_sites.get(id(op))
     if site is not None and mask is not None:
-        zero, one = fn.constant(0, TileType(I32, shape)), fn.constant(1, TileType(I32, shape))
-        ok = fn.cmpi(ComparisonPredicate.EQ,
-                     _reduce_i64(lw, as_i64(lw, fn.select(mask, zero, one), True), True),
-                     fn.constant(0, TileType(I64)), signedness=Signedness.SIGNED)
-        axes = []
-        for flag, i, n in zip(flags, wide, dims):
-            lowest = fn.constant(_I64_MIN, TileType(I64, shape))
-            worst = _reduce_i64(lw, fn.select(flag, lowest, i), True)
-            bad = fn.cmpi(ComparisonPredicate.NE, worst, fn.constant(_I64_MIN, TileType(I64)),
-                          signedness=Signedness.SIGNED)
-            axes.append((bad, worst, n))
-        report_unless(lw, site, ok, axes)
+        report_lanes(lw, site, flags, wide, dims)
     lw.set_result(op, convert(lw, tile, dt.int8, dt.bool_) if dtype.is_bool else tile)
+
+
+def report_lanes(lw: LoweringContext, site: int, flags: Sequence[Value], wide: Sequence[Value],
+                 dims: Sequence[Value], live: Optional[Value] = None) -> None:
+    """Report a tile access whose lanes failed their check: ``flags`` per axis (i1 tiles:
+    the lane's index on that axis is in range), ``wide`` the indices (i64 tiles), ``dims`` the
+    extents (i32 scalars), ``live`` the lanes that access memory (all if None). Per axis the
+    largest offending index is recorded."""
+    fn = lw.fn
+    shape = tuple(wide[0].type.shape)
+    if not shape:  # scalars: the flags themselves
+        ok = all_of(lw, [fn.ori(f, fn.xori(live, fn.constant(True, TileType(I1))))
+                         if live is not None else f for f in flags])
+        axes = [(fn.xori(f, fn.constant(True, TileType(I1))), i, n)
+                for f, i, n in zip(flags, wide, dims)]
+        report_unless(lw, site, ok, axes)
+        return
+    lowest = fn.constant(_I64_MIN, TileType(I64, shape))
+    axes, any_bad = [], None
+    for flag, i, n in zip(flags, wide, dims):
+        bad_lanes = fn.xori(flag, fn.constant(True, TileType(I1, shape)))
+        if live is not None:
+            bad_lanes = fn.andi(bad_lanes, live)
+        worst = _reduce_i64(lw, fn.select(bad_lanes, i, lowest), True)
+        bad = fn.cmpi(ComparisonPredicate.NE, worst, fn.constant(_I64_MIN, TileType(I64)),
+                      signedness=Signedness.SIGNED)
+        axes.append((bad, worst, n))
+        any_bad = bad if any_bad is None else fn.ori(any_bad, bad)
+    report_unless(lw, site, fn.xori(any_bad, fn.constant(True, TileType(I1))), axes)
