@@ -99,8 +99,8 @@ def checked(z: tc.MutTensor[tc.f32, (4,)], x: tc.Tensor[tc.f32, (-1,)]):
     z.store(t)
 
 device = sys.argv[2]
-if sys.argv[1] == "print":
-    printer(ts.zeros(8, ts.int32, device=device).sync().partition(4), 0.5).sync()
+if sys.argv[1] == "print":  # one program: on a GPU, programs' prints interleave mid-line
+    printer(ts.zeros(4, ts.int32, device=device).sync().partition(4), 0.5).sync()
     sys.stdout.flush()
 else:
     x = ts.tensor(np.array([0, 1, 2, 3, 4, 9, 6, 9], np.float32), device=device)
@@ -126,11 +126,9 @@ def test_print_text_on_the_gpu_is_the_interpreters(tmp_path):
     assert cpu.returncode == 0 and gpu.returncode == 0, (cpu.stderr, gpu.stderr)
     assert ("p0 b [fffffffe, ffffffff, 0, 1] [4294967293, 4294967294, 4294967295, 0] "
             "-1099511627776 [[0, 0], [0, 0]] 100%\n") in cpu.stdout, cpu.stdout
-    # programs interleave on a GPU; each program's own lines keep their order
-    assert sorted(gpu.stdout.splitlines()) == sorted(cpu.stdout.splitlines()), gpu.stdout
-    for program in ("p0", "p1"):
-        mine = [line for line in gpu.stdout.splitlines() if line.startswith(program)]
-        assert [line.split()[1] for line in mine] == ["a", "b", "c"], gpu.stdout
+    # one program: its prints come out whole and in program order (several programs'
+    # prints interleave on a GPU, even within a line: measured on an H100)
+    assert gpu.stdout == cpu.stdout, gpu.stdout
 
 
 def test_a_failed_assert_traps_with_its_message(tmp_path):

@@ -26,8 +26,9 @@
     runs: in program order within a tile program, and one program after another in grid order.
     On a GPU the text reaches the process's stdout through the driver's printf buffer when the
     stream synchronizes; prints of one program keep their program order (they are ordered by
-    the kernel's memory token chain), but programs run concurrently, so their lines interleave
-    in no particular order. Printing is slow on a GPU: it is for debugging.
+    the kernel's memory token chain), but programs run concurrently, so their text interleaves
+    in no particular order, even within a line (a tile prints element by element). Printing is
+    slow on a GPU: it is for debugging.
 
 ``assert_(cond, message)``
     ``cond`` is a bool tile (every element must be true) or a bool scalar; ``message`` a
@@ -304,8 +305,8 @@ def _build_print(b, fmt, *values, end="\n"):
     needed). Example: ``tc.print("block %d: x = %.3f", tc.get_tile_block_id()[0], x)``.
 
     The interpreter writes the text to ``sys.stdout`` when the print runs (in program order,
-    programs in grid order); a GPU writes it when the stream synchronizes, programs
-    interleaved. For debugging: printing is slow on a GPU.
+    programs in grid order); a GPU writes it when the stream synchronizes, the programs' text
+    interleaved even within lines. For debugging: printing is slow on a GPU.
     """
     fmt = _compile_time_string(b, fmt, "print: the format", 'tc.print("x = %f", x)')
     end = _compile_time_string(b, end, "print: end", 'end=""')
