@@ -1,5 +1,6 @@
-"""Tile IR lowerings of the whole-tile ops: constants, ``iota``, shape ops (``compiler/ops/
-shape.py``), reductions and scans (``reduce.py``) and ``mma`` (``matmul.py``).
+"""Tile IR lowerings of the whole-tile ops: constants, ``iota``, shape ops, static slices and
+``cat`` (``compiler/ops/shape.py``), reductions, scans, argmax/argmin and topk (``reduce.py``)
+and ``mma`` (``matmul.py``).
 
 Reductions use the identity of their operation (sum 0, prod 1, max -inf / the type's minimum /
 false, min +inf / the type's maximum / true); max and min propagate NaN, and on bool tiles are
@@ -24,7 +25,8 @@ import numpy as np
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....dtypes import DType
-from ..bytecode import F32, FloatAttr, IntegerAttr, Value
+from ..bytecode import (F32, I32, ComparisonOrdering, ComparisonPredicate, FloatAttr,
+                        IntegerAttr, Signedness, Value)
 from .context import HALF_FLOATS, LoweringContext, lowers, scalar_type
 from .context import signedness as _sign
 
@@ -59,6 +61,22 @@ def lower_reshape(lw: LoweringContext, op: Operation) -> None:
 def lower_permute(lw: LoweringContext, op: Operation) -> None:
     (x,) = lw.operands(op)
     lw.set_result(op, lw.fn.permute(x, tuple(op.attrs["perm"])))
+
+
+@lowers("slice")
+def lower_slice(lw: LoweringContext, op: Operation) -> None:
+    """``extract`` counts windows of the result's shape, so the (aligned) start of each axis is
+    divided by its extent."""
+    (x,) = lw.operands(op)
+    shape = tuple(op.attrs["shape"])
+    coords = [lw.i32(s // n) for s, n in zip(op.attrs["start"], shape)]
+    lw.set_result(op, lw.fn.extract(x, coords, shape))
+
+
+@lowers("cat")
+def lower_cat(lw: LoweringContext, op: Operation) -> None:
+    a, c = lw.operands(op)
+    lw.set_result(op, lw.fn.cat(a, c, op.attrs["axis"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +143,109 @@ def lower_reduce(lw: LoweringContext, op: Operation) -> None:
 @lowers("scan")
 def lower_scan(lw: LoweringContext, op: Operation) -> None:
     _combine(lw, op, scan=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# argmax / argmin / topk: a two-operand reduce of (value, index)
+
+_INDEX_IDENTITY = np.iinfo(np.int32).max  # above every index: an identity loses every tie
+
+
+def _ranks_first(lw: LoweringContext, kind: str, dtype: DType, e: Value, acc: Value,
+                 ei: Value, ai: Value) -> Value:
+    """Whether ``(e, ei)`` ranks before ``(acc, ai)`` (an ``i1``): NaN before every number,
+    then the larger (kind 'max') or smaller ('min') value, then the lower index. A total
+    order on (value, index) pairs, so the reduction's tree order cannot change the answer."""
+    fn = lw.fn
+    predicate = ComparisonPredicate.GT if kind == "max" else ComparisonPredicate.LT
+    first = fn.cmpi(ComparisonPredicate.LT, ei, ai, signedness=Signedness.SIGNED)
+    if not dtype.is_float:
+        wins = fn.cmpi(predicate, e, acc, signedness=_sign(dtype))
+        equal = fn.cmpi(ComparisonPredicate.EQ, e, acc, signedness=_sign(dtype))
+        return fn.ori(wins, fn.andi(equal, first))
+    ordered = ComparisonOrdering.ORDERED
+    wins = fn.cmpf(predicate, e, acc, ordering=ordered)
+    equal = fn.cmpf(ComparisonPredicate.EQ, e, acc, ordering=ordered)
+    e_number = fn.cmpf(ComparisonPredicate.EQ, e, e, ordering=ordered)
+    acc_number = fn.cmpf(ComparisonPredicate.EQ, acc, acc, ordering=ordered)
+    e_nan = fn.cmpf(ComparisonPredicate.NE, e, e, ordering=ComparisonOrdering.UNORDERED)
+    acc_nan = fn.cmpf(ComparisonPredicate.NE, acc, acc, ordering=ComparisonOrdering.UNORDERED)
+    nan_over_number = fn.andi(e_nan, acc_number)
+    numbers_win = fn.andi(e_number, wins)  # ordered: already false with a NaN
+    tie = fn.andi(fn.ori(equal, fn.andi(e_nan, acc_nan)), first)
+    return fn.ori(fn.ori(nan_over_number, numbers_win), tie)
+
+
+def _arg_reduce(lw: LoweringContext, kind: str, dtype: DType, x: Value, index: Value,
+                axis: int) -> tuple[Value, Value]:
+    """The (value, index) pair ranked first along ``axis`` (both with ``axis`` removed)."""
+    element = scalar_type(dtype)
+    value = identity(kind, dtype)
+    attr = FloatAttr(value, element) if dtype.is_float else IntegerAttr(int(value), element)
+
+    def body(e: Value, acc: Value, ei: Value, ai: Value) -> None:
+        take = _ranks_first(lw, kind, dtype, e, acc, ei, ai)
+        lw.fn.yield_([lw.fn.select(take, e, acc), lw.fn.select(take, ei, ai)])
+
+    values, indices = lw.fn.reduce([x, index], axis, [attr, IntegerAttr(_INDEX_IDENTITY, I32)],
+                                   body)
+    return values, indices
+
+
+def _positions(lw: LoweringContext, shape: tuple[int, ...], axis: int) -> Value:
+    """An i32 tile of ``shape`` holding each element's position along ``axis``."""
+    line = lw.fn.iota(shape[axis], I32)
+    keep = tuple(n if d == axis else 1 for d, n in enumerate(shape))
+    if keep != (shape[axis],):
+        line = lw.fn.reshape(line, keep)
+    return line if keep == shape else lw.fn.broadcast(line, shape)
+
+
+@lowers("argreduce")
+def lower_argreduce(lw: LoweringContext, op: Operation) -> None:
+    (x,) = lw.operands(op)
+    kind, axis = op.attrs["kind"], op.attrs["axis"]
+    source = op.operands[0].type
+    positions = _positions(lw, source.shape, axis)
+    lw.set_result(op, _arg_reduce(lw, kind, source.dtype, x, positions, axis)[1])
+
+
+def _cat_tree(lw: LoweringContext, parts: list[Value], axis: int) -> Value:
+    """Concatenate ``parts`` (a power-of-two count of equal tiles) pairwise, so every
+    intermediate extent is a power of two."""
+    while len(parts) > 1:
+        parts = [lw.fn.cat(parts[i], parts[i + 1], axis) for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+@lowers("topk")
+def lower_topk(lw: LoweringContext, op: Operation) -> None:
+    """``k`` rounds: take the first-ranked (value, index) along the axis, then retire that
+    element by giving it the reduction's identity (value and index), which ranks after every
+    element still in play (an equal value at a real index wins the index tie)."""
+    (x,) = lw.operands(op)
+    k, axis = op.attrs["k"], op.attrs["axis"]
+    source = op.operands[0].type
+    dtype: DType = source.dtype
+    shape = tuple(source.shape)
+    keep = shape[:axis] + (1,) + shape[axis + 1:]
+    positions = _positions(lw, shape, axis)
+    work, index = x, positions
+    retired_value = lw.constant(identity("max", dtype), dtype, shape)
+    retired_index = lw.constant(_INDEX_IDENTITY, dt.int32, shape)
+    values, indices = [], []
+    for round_ in range(k):
+        value, at = _arg_reduce(lw, "max", dtype, work, index, axis)
+        values.append(lw.fn.reshape(value, keep))
+        indices.append(lw.fn.reshape(at, keep))
+        if round_ + 1 < k:
+            taken = lw.fn.cmpi(ComparisonPredicate.EQ, positions,
+                               lw.fn.broadcast(indices[-1], shape),
+                               signedness=Signedness.SIGNED)
+            work = lw.fn.select(taken, retired_value, work)
+            index = lw.fn.select(taken, retired_index, index)
+    lw.set(op.results[0], _cat_tree(lw, values, axis))
+    lw.set(op.results[1], _cat_tree(lw, indices, axis))
 
 
 # ---------------------------------------------------------------------------------------------
