@@ -294,6 +294,28 @@ def test_topk_of_int_extremes(rng):
 
 
 @ts.kernel
+def topk_wide(zv: tc.MutTensor[tc.f32, (4, 32)], zi: tc.MutTensor[tc.i32, (4, 32)],
+              x: tc.Tensor[tc.f32, (-1, -1)]):
+    values, indices = tc.topk(x.partition((4, 64)).load((0, 0)), 32)
+    zv.store(values)
+    zi.store(indices)
+
+
+def test_topk_of_a_large_k_with_ties_and_nan(rng):
+    # k above the 21 stages of a bitonic sort of 64: the GPU sorts the axis, then cuts it.
+    x = rng.integers(-4, 4, (4, 64)).astype(np.float32)
+    x[1, ::7] = np.nan
+    x[2, :] = 1.0
+    x[3, 40:] = -np.inf
+    zv, zi = poisoned((4, 32)).partition((4, 32)), poisoned((4, 32), ts.int32).partition((4, 32))
+    zv, zi, _ = topk_wide(zv, zi, ts.tensor(x)).sync()
+    want_values, want_indices = reference_topk(x, 32, 1)
+    np.testing.assert_array_equal(zi.unpartition().numpy(), want_indices)
+    np.testing.assert_array_equal(zv.unpartition().numpy(), want_values)
+    assert list(want_indices[2]) == list(range(32))
+
+
+@ts.kernel
 def bad_topk(z: tc.MutTensor[tc.f32, (8, 4)], x: tc.Tensor[tc.f32, (-1, -1)],
              K: tc.Const[int]):
     t = x.partition((8, 16)).load((0, 0))

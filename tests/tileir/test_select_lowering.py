@@ -113,12 +113,20 @@ def test_argreduce_lowering_matches_numpy_in_any_tree_order(dtype, kind, axis):
         np.testing.assert_array_equal(got, (np.argmax if kind == "max" else np.argmin)(x, axis))
 
 
-@pytest.mark.parametrize("k,axis", [(1, 1), (4, 1), (16, 1), (2, 0), (4, 0)])
+# k reduction rounds while k <= the bitonic sort's stage count (10 for 16, 3 for 4, 6 for 8,
+# 21 for 64), a bitonic sort above it (then cut to k when k < the extent).
+TOPK_CASES = [((4, 16), 1, 1), ((4, 16), 4, 1), ((4, 16), 16, 1), ((4, 16), 2, 0),
+              ((4, 16), 4, 0), ((2, 64), 32, 1), ((2, 8, 4), 8, 1), ((2, 8, 4), 2, 1),
+              ((2, 8, 4), 4, -1)]
+
+
+@pytest.mark.parametrize("shape,k,axis", TOPK_CASES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_topk_lowering_matches_numpy_in_any_tree_order(dtype, k, axis):
+def test_topk_lowering_matches_numpy_in_any_tree_order(dtype, shape, k, axis):
     rng = np.random.default_rng(12)
+    axis %= len(shape)
     for seed in range(2):
-        x = sample(rng, dtype, (4, 16))
+        x = sample(rng, dtype, shape)
         got_values, got_indices = run_lowering("topk", {"k": k, "axis": axis}, x, dtype, seed)
         want_values, want_indices = registry.OPS["topk"].evaluate(None, {"k": k, "axis": axis},
                                                                   x)

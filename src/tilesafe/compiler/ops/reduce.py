@@ -251,8 +251,10 @@ def _build_topk(b, x, k, axis=-1):
     (the order of a stable sort of ``-x``); NaN counts as larger than every number, as in
     ``torch.topk``, so NaNs come first. Int and float tiles; convert bool tiles first.
 
-    The GPU selects the ``k`` elements in ``k`` rounds, each a reduction along the axis, so the
-    cost grows with ``k``: it suits small ``k`` (sampling, routing), say up to 64.
+    On the GPU a small ``k`` takes ``k`` rounds, each a reduction along the axis; once ``k``
+    exceeds the stage count of a bitonic sort of the axis (``s(s+1)/2`` for an extent of
+    ``2**s``: 10 for 16, 21 for 64, 55 for 1024), the axis is sorted by a bitonic network
+    and cut to ``k``. Both give exactly this order.
     """
     v = _arg_tile(b, x, "topk")
     if v.type.dtype.is_bool:

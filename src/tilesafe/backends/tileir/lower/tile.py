@@ -11,6 +11,13 @@ bit); f32 and f64 reduce in their own precision. Scans (cumsum/cumprod, optional
 follow the same rules. ``mma`` is ``mmaf`` for floats and ``mmai`` for i8/u8 with each
 operand's signedness.
 
+argmax/argmin are a two-operand ``reduce`` of (value, position) whose body keeps the pair
+ranked first in a total order (NaN first, then the larger or smaller value, then the lower
+position), so any tree order gives numpy's answer. topk uses the same ranking, in ``k``
+reduction rounds or, for larger ``k``, a bitonic sort of the axis. A static slice is one
+``extract`` (its window is aligned: the start a multiple of the extent); ``cat`` joins two
+tiles.
+
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
 package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
 ``tilesafe.driver`` or the toolchain modules of ``backends.tileir``.
@@ -218,16 +225,17 @@ def _cat_tree(lw: LoweringContext, parts: list[Value], axis: int) -> Value:
     return parts[0]
 
 
-@lowers("topk")
-def lower_topk(lw: LoweringContext, op: Operation) -> None:
+def _bitonic_stages(n: int) -> int:
+    """Compare-exchange stages of a bitonic sort of ``n`` (a power of two) elements."""
+    log = n.bit_length() - 1
+    return log * (log + 1) // 2
+
+
+def _topk_by_rounds(lw: LoweringContext, dtype: DType, x: Value, shape: tuple[int, ...],
+                    axis: int, k: int) -> tuple[Value, Value]:
     """``k`` rounds: take the first-ranked (value, index) along the axis, then retire that
     element by giving it the reduction's identity (value and index), which ranks after every
     element still in play (an equal value at a real index wins the index tie)."""
-    (x,) = lw.operands(op)
-    k, axis = op.attrs["k"], op.attrs["axis"]
-    source = op.operands[0].type
-    dtype: DType = source.dtype
-    shape = tuple(source.shape)
     keep = shape[:axis] + (1,) + shape[axis + 1:]
     positions = _positions(lw, shape, axis)
     work, index = x, positions
@@ -244,8 +252,66 @@ def lower_topk(lw: LoweringContext, op: Operation) -> None:
                                signedness=Signedness.SIGNED)
             work = lw.fn.select(taken, retired_value, work)
             index = lw.fn.select(taken, retired_index, index)
-    lw.set(op.results[0], _cat_tree(lw, values, axis))
-    lw.set(op.results[1], _cat_tree(lw, indices, axis))
+    return _cat_tree(lw, values, axis), _cat_tree(lw, indices, axis)
+
+
+def _topk_by_sorting(lw: LoweringContext, dtype: DType, x: Value, shape: tuple[int, ...],
+                     axis: int, k: int) -> tuple[Value, Value]:
+    """A bitonic sort of (value, index) pairs along the axis, then its first ``k``.
+
+    A stage with partner distance ``j`` views the axis as ``(n / 2j, 2, j)``: element ``i``
+    sits at ``(i // 2j, 0, i % j)`` and its partner ``i + j`` at ``(i // 2j, 1, i % j)``. The
+    two halves are extracted, compared with the ranking of argmax (a total order, so the
+    unstable network still gives the stable answer), swapped where a block's direction asks
+    for it, and joined again. A block of ``size`` runs first-ranked-first where bit ``size``
+    of ``i`` is clear, which depends on ``i // 2j`` only."""
+    fn = lw.fn
+    n = shape[axis]
+    pre, post = shape[:axis], shape[axis + 1:]
+    values, index = x, _positions(lw, shape, axis)
+    size = 2
+    while size <= n:
+        j = size // 2
+        while j >= 1:
+            view = pre + (n // (2 * j), 2, j) + post
+            half = pre + (n // (2 * j), 1, j) + post
+            zero = [lw.i32(0)] * len(view)
+            one = list(zero)
+            one[axis + 1] = lw.i32(1)
+            v, i = fn.reshape(values, view), fn.reshape(index, view)
+            v0, v1 = fn.extract(v, zero, half), fn.extract(v, one, half)
+            i0, i1 = fn.extract(i, zero, half), fn.extract(i, one, half)
+            blocks = np.arange(n // (2 * j)) * (2 * j)
+            forward = ((blocks & size) == 0).reshape(
+                (1,) * len(pre) + (n // (2 * j), 1, 1) + (1,) * len(post))
+            direction = fn.broadcast(lw.constant(forward, dt.bool_, forward.shape), half)
+            in_order = _ranks_first(lw, "max", dtype, v0, v1, i0, i1)
+            swap = fn.xori(in_order, direction)
+            values = fn.reshape(fn.cat(fn.select(swap, v1, v0), fn.select(swap, v0, v1),
+                                       axis + 1), shape)
+            index = fn.reshape(fn.cat(fn.select(swap, i1, i0), fn.select(swap, i0, i1),
+                                      axis + 1), shape)
+            j //= 2
+        size *= 2
+    if k == n:
+        return values, index
+    window = shape[:axis] + (k,) + shape[axis + 1:]
+    origin = [lw.i32(0)] * len(shape)
+    return fn.extract(values, origin, window), fn.extract(index, origin, window)
+
+
+@lowers("topk")
+def lower_topk(lw: LoweringContext, op: Operation) -> None:
+    """Small ``k`` takes ``k`` reduction rounds; once ``k`` exceeds the stage count of a
+    bitonic sort of the axis, the whole axis is sorted instead (both give the same answer)."""
+    (x,) = lw.operands(op)
+    k, axis = op.attrs["k"], op.attrs["axis"]
+    source = op.operands[0].type
+    shape = tuple(source.shape)
+    method = _topk_by_sorting if k > _bitonic_stages(shape[axis]) else _topk_by_rounds
+    values, indices = method(lw, source.dtype, x, shape, axis, k)
+    lw.set(op.results[0], values)
+    lw.set(op.results[1], indices)
 
 
 # ---------------------------------------------------------------------------------------------
