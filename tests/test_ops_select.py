@@ -365,6 +365,9 @@ SLICES = {
     "mixed": np.s_[None, 6:8, ..., -4:],
     "negative bounds": np.s_[-2:, -16:-8],
     "whole": np.s_[:],
+    "misaligned cols": np.s_[:, 2:6],
+    "misaligned both": np.s_[3:5, 5:13],
+    "misaligned int and slice": np.s_[7, 1:9],
 }
 
 
@@ -393,6 +396,12 @@ def slice_k(z: tc.MutTensor["T", "S"], x: tc.Tensor["T", (-1, -1)], CASE: tc.Con
         r = t[None, 6:8, ..., -4:]
     elif CASE == "negative bounds":
         r = t[-2:, -16:-8]
+    elif CASE == "misaligned cols":
+        r = t[:, 2:6]
+    elif CASE == "misaligned both":
+        r = t[3:5, 5:13]
+    elif CASE == "misaligned int and slice":
+        r = t[7, 1:9]
     else:
         r = t[:]
     z.store(r)
@@ -429,7 +438,7 @@ def bad_slice(z: tc.MutTensor[tc.f32, (8, 4)], x: tc.Tensor[tc.f32, (-1, -1)],
     if K == 0:
         r = t[:, 0:3]  # <- slice three
     elif K == 1:
-        r = t[:, 2:6]  # <- slice misaligned
+        r = tc.zeros((2, 256))[:, 1:129]  # <- slice too many pieces
     elif K == 2:
         r = t[:, ::2]  # <- slice step
     elif K == 3:
@@ -454,8 +463,9 @@ def bad_slice(z: tc.MutTensor[tc.f32, (8, 4)], x: tc.Tensor[tc.f32, (-1, -1)],
 @pytest.mark.parametrize("k,cls,phrase,tag,hint", [
     (0, TileShapeError, "the slice 0:3 of axis 1 has 3 elements, not a power of two",
      "slice three", "powers of two"),
-    (1, ShapeError, "the slice 2:6 of axis 1 starts at 2, not at a multiple of its length 4",
-     "slice misaligned", "e.g. 0:4"),
+    (1, ShapeError, "the slice 1:129 of axis 1 would be cut into 128 pieces (at most 64): "
+     "its start is not a multiple of its length 128", "slice too many pieces",
+     "start it at a multiple of 128 (e.g. 0:128, one step), or at least of 2"),
     (2, ShapeError, "tile slices take step 1 only, got step 2 on axis 1", "slice step",
      "reshape"),
     (3, ShapeError, "the slice 4:4 of axis 1 (extent 16) is empty", "slice empty",

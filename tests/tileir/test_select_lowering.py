@@ -134,10 +134,17 @@ def test_topk_lowering_matches_numpy_in_any_tree_order(dtype, shape, k, axis):
         assert_same(got_values, dtype.round(want_values), dtype)
 
 
-def test_slice_and_cat_lowerings():
+@pytest.mark.parametrize("start,shape", [((4, 8), (4, 8)), ((0, 2), (8, 4)), ((3, 5), (2, 8)),
+                                         ((7, 1), (1, 8)), ((6, 0), (2, 16)), ((1, 3), (1, 1))])
+def test_slice_lowering_aligned_and_in_pieces(start, shape):
     x = np.arange(128, dtype=np.int32).reshape(8, 16)
-    (got,) = run_lowering("slice", {"start": (4, 8), "shape": (4, 8)}, x, tsd.int32)
-    np.testing.assert_array_equal(got, x[4:8, 8:16])
+    (got,) = run_lowering("slice", {"start": start, "shape": shape}, x, tsd.int32)
+    window = tuple(slice(s, s + n) for s, n in zip(start, shape))
+    np.testing.assert_array_equal(got, x[window])
+
+
+def test_cat_lowering():
+    x = np.arange(128, dtype=np.int32).reshape(8, 16)
     lw = LoweringContext(None, None, _SelectModel(np.random.default_rng(0)), inbounds=False,
                          debug=False)
     a, c = IRValue(IRTile(tsd.int32, (8, 16))), IRValue(IRTile(tsd.int32, (8, 16)))

@@ -237,9 +237,17 @@ builtin("expand_dims", _build_expand_dims.__doc__, _build_expand_dims)
 # static slicing (t[a:b], t[:, a:b], t[3], t[:, None]) and cat
 #
 # Tile IR's ``extract`` takes the sub-tile of a given shape at sub-tile coordinates: a window
-# whose extent is a power of two (every tile's is) and whose start is a multiple of that extent.
-# A slice is accepted exactly when it is such a window, so it costs one ``extract``; anything
-# else is a compile error that says how to get an aligned window.
+# whose extent is a power of two (every tile's is) and whose start is a multiple of that extent
+# costs one ``extract``. Any other start ``s`` is cut into aligned pieces of ``g``, the largest
+# power of two dividing ``s``, which are extracted and joined again (``length / g`` extracts);
+# a window that would take more than MAX_SLICE_PIECES pieces is a compile error.
+
+MAX_SLICE_PIECES = 64
+
+
+def slice_piece(start: int, length: int) -> int:
+    """The extent of the aligned pieces a window ``[start, start + length)`` is cut into."""
+    return length if start % length == 0 else start & -start
 
 
 def _slice_rule(types, attrs):
@@ -249,14 +257,14 @@ def _slice_rule(types, attrs):
         raise ShapeError(f"slice: {len(start)} starts and {len(shape)} extents for a rank-"
                          f"{t.rank} tile")
     for axis, (s, n, whole) in enumerate(zip(start, shape, t.shape)):
-        if n < 1 or s < 0 or s + n > whole or s % n:
-            raise ShapeError(f"slice: the window [{s}, {s + n}) of axis {axis} is not an "
-                             f"aligned window of an extent-{whole} axis")
+        if n < 1 or s < 0 or s + n > whole:
+            raise ShapeError(f"slice: the window [{s}, {s + n}) of axis {axis} does not fit an "
+                             f"extent-{whole} axis")
     return (t.with_shape(shape),)
 
 
-op("slice", "The static window x[start[i] : start[i] + shape[i], ...]; each start a multiple "
-   "of its extent (attrs: start, shape).", _slice_rule,
+op("slice", "The static window x[start[i] : start[i] + shape[i], ...] (attrs: start, shape).",
+   _slice_rule,
    lambda ctx, attrs, x: x[tuple(slice(s, s + n) for s, n in zip(attrs["start"],
                                                                   attrs["shape"]))])
 
@@ -281,13 +289,14 @@ def _slice_window(b, item: slice, extent: int, axis: int) -> tuple[int, int]:
         raise b.error(TileShapeError, f"the slice {start}:{stop} of axis {axis} has {length} "
                       "elements, not a power of two",
                       "tile extents are powers of two: slice 1, 2, 4, 8, ... elements")
-    if start % length:
+    pieces = length // slice_piece(start, length)
+    if pieces > MAX_SLICE_PIECES:
         aligned = start - start % length
-        raise b.error(ShapeError, f"the slice {start}:{stop} of axis {axis} starts at {start}, "
-                      f"not at a multiple of its length {length}",
-                      f"Tile IR extracts aligned windows only: start at a multiple of the "
-                      f"length (e.g. {aligned}:{aligned + length}), or take an aligned window "
-                      f"twice as long and slice again")
+        raise b.error(ShapeError, f"the slice {start}:{stop} of axis {axis} would be cut into "
+                      f"{pieces} pieces (at most {MAX_SLICE_PIECES}): its start is not a "
+                      f"multiple of its length {length}",
+                      f"start it at a multiple of {length} (e.g. {aligned}:{aligned + length}, "
+                      f"one step), or at least of {length // MAX_SLICE_PIECES}")
     return start, length
 
 
@@ -324,8 +333,10 @@ def _build_getitem(b, x, index):
     A static sub-tile, with numpy's indexing rules for compile-time integers, slices ``a:b``
     (step 1), ``None`` (a new size-1 axis) and ``...``: ``t[:, 8:16]``, ``t[2]`` (the axis is
     dropped), ``t[..., None]``. Bounds are clamped like numpy's. Each sliced extent must be a
-    power of two and start at a multiple of itself (``t[:, 4:8]``, not ``t[:, 2:6]``), which is
-    the window Tile IR extracts in one step; anything else is a compile error.
+    power of two. A window that starts at a multiple of its extent (``t[:, 4:8]``) is one
+    step on the GPU; any other start (``t[:, 2:6]``) is cut into aligned pieces of the largest
+    power of two dividing the start, joined again: at most 64 pieces, so ``t[:, 1:129]``
+    (128 pieces of one element) is a compile error.
     """
     v = b.tile(x, "indexed value")
     if v.type.is_scalar:

@@ -15,8 +15,8 @@ argmax/argmin are a two-operand ``reduce`` of (value, position) whose body keeps
 ranked first in a total order (NaN first, then the larger or smaller value, then the lower
 position), so any tree order gives numpy's answer. topk uses the same ranking, in ``k``
 reduction rounds or, for larger ``k``, a bitonic sort of the axis. A static slice is one
-``extract`` (its window is aligned: the start a multiple of the extent); ``cat`` joins two
-tiles.
+``extract`` when its window is aligned (each start a multiple of its extent), else aligned
+pieces joined with ``cat``; ``cat`` joins two tiles.
 
 Importing it registers these lowerings (``context.lowers``). It imports the ``bytecode``
 package, ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers,
@@ -31,6 +31,7 @@ import numpy as np
 
 from .... import dtypes as dt
 from ....compiler.ir import Operation
+from ....compiler.ops.shape import slice_piece
 from ....dtypes import DType
 from ..bytecode import (F32, I32, ComparisonOrdering, ComparisonPredicate, FloatAttr,
                         IntegerAttr, Signedness, Value)
@@ -72,12 +73,30 @@ def lower_permute(lw: LoweringContext, op: Operation) -> None:
 
 @lowers("slice")
 def lower_slice(lw: LoweringContext, op: Operation) -> None:
-    """``extract`` counts windows of the result's shape, so the (aligned) start of each axis is
-    divided by its extent."""
+    """``extract`` counts windows of the result's shape, so an aligned window (each start a
+    multiple of its extent) is one ``extract`` at ``start // extent``. Otherwise each
+    misaligned axis in turn is cut into aligned pieces (``compiler.ops.shape.slice_piece``)
+    that are extracted and joined pairwise."""
     (x,) = lw.operands(op)
-    shape = tuple(op.attrs["shape"])
-    coords = [lw.i32(s // n) for s, n in zip(op.attrs["start"], shape)]
-    lw.set_result(op, lw.fn.extract(x, coords, shape))
+    start, shape = tuple(op.attrs["start"]), tuple(op.attrs["shape"])
+    if all(s % n == 0 for s, n in zip(start, shape)):
+        lw.set_result(op, lw.fn.extract(x, [lw.i32(s // n) for s, n in zip(start, shape)],
+                                        shape))
+        return
+    current = list(op.operands[0].type.shape)
+    for axis, (s, n) in enumerate(zip(start, shape)):
+        if n == current[axis]:
+            continue
+        piece = slice_piece(s, n)
+        window = tuple(current[:axis] + [piece] + current[axis + 1:])
+        parts = []
+        for at in range(s, s + n, piece):
+            coords = [lw.i32(0)] * len(current)
+            coords[axis] = lw.i32(at // piece)
+            parts.append(lw.fn.extract(x, coords, window))
+        x = _cat_tree(lw, parts, axis)
+        current[axis] = n
+    lw.set_result(op, x)
 
 
 @lowers("cat")
