@@ -294,25 +294,29 @@ def test_topk_of_int_extremes(rng):
 
 
 @ts.kernel
-def topk_wide(zv: tc.MutTensor[tc.f32, (4, 32)], zi: tc.MutTensor[tc.i32, (4, 32)],
-              x: tc.Tensor[tc.f32, (-1, -1)]):
-    values, indices = tc.topk(x.partition((4, 64)).load((0, 0)), 32)
+def topk_wide(zv: tc.MutTensor[tc.f32, ("R", "K")], zi: tc.MutTensor[tc.i32, ("R", "K")],
+              x: tc.Tensor[tc.f32, (-1, -1)], N: tc.Const[int]):
+    values, indices = tc.topk(x.partition((zv.shape[0], N)).load((0, 0)), zv.shape[1])
     zv.store(values)
     zi.store(indices)
 
 
-def test_topk_of_a_large_k_with_ties_and_nan(rng):
-    # k above the 21 stages of a bitonic sort of 64: the GPU sorts the axis, then cuts it.
-    x = rng.integers(-4, 4, (4, 64)).astype(np.float32)
-    x[1, ::7] = np.nan
-    x[2, :] = 1.0
-    x[3, 40:] = -np.inf
-    zv, zi = poisoned((4, 32)).partition((4, 32)), poisoned((4, 32), ts.int32).partition((4, 32))
-    zv, zi, _ = topk_wide(zv, zi, ts.tensor(x)).sync()
-    want_values, want_indices = reference_topk(x, 32, 1)
+@pytest.mark.parametrize("rows,n,k", [(4, 64, 32), (1, 512, 512)])
+def test_topk_of_a_large_k_with_ties_and_nan(rng, rows, n, k):
+    # k=32 of 64: 32 reduction rounds on a GPU; k=512 of 512: a bitonic sort of the axis.
+    x = rng.integers(-4, 4, (rows, n)).astype(np.float32)
+    x[0, ::7] = np.nan
+    x[-1, 40:] = -np.inf
+    x[-1, 3] = np.inf
+    if rows > 2:
+        x[2, :] = 1.0
+    zv = poisoned((rows, k)).partition((rows, k))
+    zi = poisoned((rows, k), ts.int32).partition((rows, k))
+    zv, zi, _ = topk_wide(zv, zi, ts.tensor(x), n).sync()
+    want_values, want_indices = reference_topk(x, k, 1)
     np.testing.assert_array_equal(zi.unpartition().numpy(), want_indices)
     np.testing.assert_array_equal(zv.unpartition().numpy(), want_values)
-    assert list(want_indices[2]) == list(range(32))
+    assert list(want_indices[0, :3]) == [0, 7, 14]
 
 
 @ts.kernel

@@ -13,6 +13,7 @@ from test_lowering import _decode, _ModelBuilder, _V
 from tilesafe import dtypes as tsd
 from tilesafe.backends.tileir.bytecode import types as tir
 from tilesafe.backends.tileir.lower import LoweringContext, scalar_type
+from tilesafe.backends.tileir.lower import tile as tile_lowering
 from tilesafe.compiler import registry
 from tilesafe.compiler.ir import Operation, Value as IRValue
 from tilesafe.compiler.types import TileType as IRTile
@@ -113,16 +114,19 @@ def test_argreduce_lowering_matches_numpy_in_any_tree_order(dtype, kind, axis):
         np.testing.assert_array_equal(got, (np.argmax if kind == "max" else np.argmin)(x, axis))
 
 
-# k reduction rounds while k <= the bitonic sort's stage count (10 for 16, 3 for 4, 6 for 8,
-# 21 for 64), a bitonic sort above it (then cut to k when k < the extent).
 TOPK_CASES = [((4, 16), 1, 1), ((4, 16), 4, 1), ((4, 16), 16, 1), ((4, 16), 2, 0),
               ((4, 16), 4, 0), ((2, 64), 32, 1), ((2, 8, 4), 8, 1), ((2, 8, 4), 2, 1),
               ((2, 8, 4), 4, -1)]
 
 
+@pytest.mark.parametrize("method", ["rounds", "sort"])
 @pytest.mark.parametrize("shape,k,axis", TOPK_CASES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_topk_lowering_matches_numpy_in_any_tree_order(dtype, shape, k, axis):
+def test_topk_lowering_matches_numpy_in_any_tree_order(monkeypatch, dtype, shape, k, axis,
+                                                       method):
+    """Both strategies (k reduction rounds; a bitonic sort cut to k), whichever the lowering
+    would pick for these sizes."""
+    monkeypatch.setattr(tile_lowering, "topk_sorts", lambda n, k: method == "sort")
     rng = np.random.default_rng(12)
     axis %= len(shape)
     for seed in range(2):
@@ -132,6 +136,11 @@ def test_topk_lowering_matches_numpy_in_any_tree_order(dtype, shape, k, axis):
                                                                   x)
         np.testing.assert_array_equal(got_indices, want_indices)
         assert_same(got_values, dtype.round(want_values), dtype)
+
+
+def test_topk_sorts_only_for_a_very_large_k():
+    assert not tile_lowering.topk_sorts(16, 16) and not tile_lowering.topk_sorts(1024, 256)
+    assert tile_lowering.topk_sorts(1024, 512) and tile_lowering.topk_sorts(512, 512)
 
 
 @pytest.mark.parametrize("start,shape", [((4, 8), (4, 8)), ((0, 2), (8, 4)), ((3, 5), (2, 8)),

@@ -251,10 +251,11 @@ def _build_topk(b, x, k, axis=-1):
     (the order of a stable sort of ``-x``); NaN counts as larger than every number, as in
     ``torch.topk``, so NaNs come first. Int and float tiles; convert bool tiles first.
 
-    On the GPU a small ``k`` takes ``k`` rounds, each a reduction along the axis; once ``k``
-    exceeds the stage count of a bitonic sort of the axis (``s(s+1)/2`` for an extent of
-    ``2**s``: 10 for 16, 21 for 64, 55 for 1024), the axis is sorted by a bitonic network
-    and cut to ``k``. Both give exactly this order.
+    On the GPU, ``k`` takes ``k`` rounds, each a reduction along the axis, so compile and
+    run time grow with ``k``: it suits the small ``k`` of sampling and routing. A ``k`` above
+    eight times the stage count of a bitonic sort of the axis (``s(s+1)/2`` for an extent of
+    ``2**s``: so ``k >= 512`` of 512 or 1024 elements) sorts the axis with a bitonic network
+    instead and keeps the first ``k``. Both give exactly this order.
     """
     v = _arg_tile(b, x, "topk")
     if v.type.dtype.is_bool:

@@ -14,7 +14,7 @@ operand's signedness.
 argmax/argmin are a two-operand ``reduce`` of (value, position) whose body keeps the pair
 ranked first in a total order (NaN first, then the larger or smaller value, then the lower
 position), so any tree order gives numpy's answer. topk uses the same ranking, in ``k``
-reduction rounds or, for larger ``k``, a bitonic sort of the axis. A static slice is one
+reduction rounds or, for a very large ``k``, a bitonic sort of the axis. A static slice is one
 ``extract`` when its window is aligned (each start a multiple of its extent), else aligned
 pieces joined with ``cat``; ``cat`` joins two tiles.
 
@@ -250,6 +250,19 @@ def _bitonic_stages(n: int) -> int:
     return log * (log + 1) // 2
 
 
+# A bitonic stage costs tileiras (13.4, sm_90) about as much compile time as 8 to 20 reduction
+# rounds over the same tile (measured: a (16, 128) tile, k=32: 70 s sorted, 6 s in rounds;
+# (16, 1024), k=64 in rounds: 62 s; (1, 1024) sorted: 23 s). So rounds are used until k passes
+# 8 stages' worth: the sort only serves k >= 512 of 512 or 1024 elements and beyond. Run time
+# on a GPU was not measured for either.
+SORT_FACTOR = 8
+
+
+def topk_sorts(n: int, k: int) -> bool:
+    """Whether topk of ``k`` along an axis of ``n`` sorts the axis (else: ``k`` rounds)."""
+    return k > SORT_FACTOR * _bitonic_stages(n)
+
+
 def _topk_by_rounds(lw: LoweringContext, dtype: DType, x: Value, shape: tuple[int, ...],
                     axis: int, k: int) -> tuple[Value, Value]:
     """``k`` rounds: take the first-ranked (value, index) along the axis, then retire that
@@ -321,13 +334,13 @@ def _topk_by_sorting(lw: LoweringContext, dtype: DType, x: Value, shape: tuple[i
 
 @lowers("topk")
 def lower_topk(lw: LoweringContext, op: Operation) -> None:
-    """Small ``k`` takes ``k`` reduction rounds; once ``k`` exceeds the stage count of a
-    bitonic sort of the axis, the whole axis is sorted instead (both give the same answer)."""
+    """``k`` reduction rounds, or for a ``k`` so large that they would cost more
+    (``topk_sorts``) a bitonic sort of the whole axis; both give the same answer."""
     (x,) = lw.operands(op)
     k, axis = op.attrs["k"], op.attrs["axis"]
     source = op.operands[0].type
     shape = tuple(source.shape)
-    method = _topk_by_sorting if k > _bitonic_stages(shape[axis]) else _topk_by_rounds
+    method = _topk_by_sorting if topk_sorts(shape[axis], k) else _topk_by_rounds
     values, indices = method(lw, source.dtype, x, shape, axis, k)
     lw.set(op.results[0], values)
     lw.set(op.results[1], indices)
