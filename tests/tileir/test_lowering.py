@@ -252,6 +252,16 @@ def shapes(z: tc.MutTensor[tc.f32, (8, 16)], x: tc.Tensor[tc.f32, (-1, -1)]):
 
 
 @ts.kernel
+def selection(z: tc.MutTensor[tc.f32, (8, 16)], x: tc.Tensor[tc.f32, (-1, -1)]):
+    t = tc.load_tile_like(x, z)
+    values, indices = tc.topk(t, 4, axis=1)
+    best = tc.argmax(t, 1, keepdims=True) + t.argmin(0)
+    swapped = tc.cat((t[:, 8:16], t[:, 0:8]), axis=1)
+    pair = tc.cat((values, indices.astype(tc.f32)), 1)[:, None, 0:8]
+    z.store(swapped + tc.cat((pair, pair), 1).reshape((8, 16)) + best.astype(tc.f32))
+
+
+@ts.kernel
 def grid3(z: tc.MutTensor[tc.i32, (2, 4, 8)], x: tc.Tensor[tc.i32, (-1, 16, -1)]):
     bx, by, bz = tc.get_tile_block_id()
     nx, ny, nz = tc.get_num_tile_blocks()
@@ -436,6 +446,8 @@ def _ir_all():
                                                     ts.float64, ts.int32, ts.uint8, ts.int64))),
         "shapes": shapes.ir(ts.zeros((20, 40)).sync().partition((8, 16)),
                             ts.zeros((20, 40)).sync()),
+        "selection": selection.ir(ts.zeros((20, 40)).sync().partition((8, 16)),
+                                  ts.zeros((20, 40)).sync()),
         "grid3": grid3.ir(ts.zeros((5, 16, 20), ts.int32).sync().partition((2, 4, 8)),
                           ts.zeros((5, 16, 20), ts.int32).sync()),
         "mma_kinds": mma_kinds.ir(ts.zeros((64, 64)).sync().partition((32, 32)), *(
@@ -564,6 +576,7 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
         "convert_all": ["ftoi", "itof", "exti", "trunci", "ftof", "select"],
         "reductions": ["reduce", "scan", "reverse=true", "ori", "andi", "mulf", "muli"],
         "shapes": ["permute", "reshape", "broadcast", "iota", "constant <bf16: -2.500000e+00>"],
+        "selection": ["extract", "cat", "reduce", "select", "cmpf", "cmpi"],
         "grid3": ["get_num_tile_blocks", "tensor_view<?x16x?xi32", "exti", "trunci"],
         "mma_kinds": ["mmai", "mmaf", "tile<32x16xi8>", "tile<32x32xf64>", "tile<32x16xbf16>"],
         "branches": ["if ", "else", "for ", "yield", "continue"],

@@ -241,7 +241,7 @@ class ExpressionLowering:
 
     def expr_Subscript(self, node: ast.Subscript) -> Any:
         base = self.expr(node.value)
-        index = self.expr(node.slice)
+        index = self.subscript_index(node.slice)
         if isinstance(base, tuple):
             if isinstance(index, Value) or not isinstance(index, (int, slice)):
                 raise self.error(CompileError, node, "tuples can only be indexed by "
@@ -260,10 +260,19 @@ class ExpressionLowering:
                              "reshape/reduce tiles instead of indexing them")
         raise self.error(CompileError, node, f"{describe(base)} cannot be indexed")
 
+    def subscript_index(self, node: ast.expr) -> Any:
+        """The index of a subscript, where ``...`` (only there) stands for Ellipsis."""
+        if isinstance(node, ast.Constant) and node.value is Ellipsis:
+            return Ellipsis
+        if isinstance(node, ast.Tuple):
+            return tuple(self.subscript_index(e) for e in node.elts)
+        return self.expr(node)
+
     def expr_Slice(self, node: ast.Slice) -> slice:
         parts = [None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)]
         if any(isinstance(p, Value) for p in parts):
-            raise self.error(CompileError, node, "slice bounds must be compile-time integers")
+            raise self.error(CompileError, node, "slice bounds must be compile-time integers",
+                             "use integer literals or tc.Const[int] parameters")
         return slice(*parts)
 
     def expr_BinOp(self, node: ast.BinOp) -> Any:
