@@ -36,12 +36,17 @@ def _gather_rule(types, attrs):
     if len(indices) != x.rank:
         raise ShapeError(f"gather: {len(indices)} index tile(s) for a rank-{x.rank} tensor",
                          hint=f"give one index per axis ({x.rank})")
-    shape = indices[0].shape if indices else ()
+    shape: tuple = ()
     for t in indices:
         if not (isinstance(t, TileType) and t.dtype.is_int):
             raise DTypeError(f"gather indices must be integer tiles, got {t}")
-        if t.shape != shape:
-            raise ShapeError(f"gather: index shapes differ ({shape} and {t.shape})")
+        if indices and t.rank != indices[0].rank:
+            raise ShapeError(f"gather: index tiles have different ranks ({indices[0]} and {t})")
+        new = broadcast_shapes(shape, t.shape)
+        if new is None:
+            raise ShapeError(f"gather: index shapes do not broadcast together ({shape} and "
+                             f"{t.shape})")
+        shape = new
     return (TileType(x.dtype, shape),)
 
 
@@ -61,7 +66,8 @@ def offending_indices(indices, extents, live=None):
 
 def _gather_eval(ctx, attrs, x, *indices):
     data = x.data
-    wide = [np.asarray(i).astype(np.int64) for i in indices]
+    wide = np.broadcast_arrays(*(np.asarray(i).astype(np.int64) for i in indices)) \
+        if indices else []
     inside = np.ones(wide[0].shape if wide else (), dtype=bool)
     for i, n in zip(wide, data.shape):
         inside &= (i >= 0) & (i < n)
@@ -77,7 +83,8 @@ def _gather_eval(ctx, attrs, x, *indices):
 
 
 op("gather", "Read a shared tensor at element indices (one integer tile per axis, of one "
-   "shape); attrs: padding_value (out-of-range lanes read it instead of failing).",
+   "rank, broadcast together); attrs: padding_value (out-of-range lanes read it instead of "
+   "failing).",
    _gather_rule, _gather_eval, effect="read")
 
 
@@ -129,7 +136,12 @@ def _build_gather(b, x, *indices, padding=None):
     attrs = {}
     if padding is not None:
         attrs["padding_value"] = _fill_value(b, padding, x.type.dtype, "padding")
-    return b.emit1("gather", (x, *(b.broadcast_to(v, shape) for v in tiles)), attrs)
+    # each index keeps its own extents (reshaped to the result's rank): a GPU checks and
+    # scales it before broadcasting, so an (n, 1) row index is checked n times, not n * d
+    ranked = [v if v.type.rank == len(shape) else
+              b.emit1("reshape", (v,), {"shape": (1,) * (len(shape) - v.type.rank)
+                                       + v.type.shape}) for v in tiles]
+    return b.emit1("gather", (x, *ranked), attrs)
 
 
 builtin("gather", _build_gather.__doc__, _build_gather)

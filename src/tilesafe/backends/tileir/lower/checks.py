@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..bytecode import (I1, I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope,
-                        Signedness, TileType, Value)
+from ..bytecode import (I1, I32, I64, ComparisonPredicate, IntegerAttr, MemoryOrdering,
+                        MemoryScope, Signedness, TileType, Value)
 from .context import LoweringContext
 
 __all__ = ["FAULT_WORDS", "WORD_SITE", "WORD_PROGRAM", "WORD_INDEX", "WORD_BOUND", "as_i64", "all_of",
-           "WORD_AXES", "in_range", "report_unless"]
+           "reduce_i64",
+           "WORD_AXES", "in_range", "report_unless", "all_true"]
 
 FAULT_WORDS = 16
 WORD_SITE, WORD_PROGRAM, WORD_INDEX, WORD_BOUND, WORD_AXES = 0, 1, 4, 7, 10
@@ -65,11 +66,11 @@ def in_range(lw: LoweringContext, index: Value, signed: bool, bound: Value) -> V
     return fn.cmpi(ComparisonPredicate.LT, index, limit, signedness=_UNSIGNED)
 
 
-def report_unless(lw: LoweringContext, site: int, ok: Value,
-                  axes: Sequence[tuple[Value, Value, Value]]) -> None:
+def report_unless(lw: LoweringContext, site: int, ok: Value, axes) -> None:
     """Emit: unless ``ok`` (a scalar i1), claim the fault record for ``site`` and write the
     program id and, per axis, ``(bad, index, bound)``: whether that axis failed (scalar i1),
-    the offending index (scalar i64) and the bound (scalar i32)."""
+    the offending index (scalar i64) and the bound (scalar i32). ``axes`` is that list, or a
+    function that emits it: then its ops run only when the check failed."""
     fn = lw.fn
     record: Optional[Value] = lw.fault_record
     if record is None:
@@ -90,7 +91,7 @@ def report_unless(lw: LoweringContext, site: int, ok: Value,
             for k, block_id in enumerate(ids):
                 store(WORD_PROGRAM + k, as_i64(lw, block_id, True))
             mask = zero
-            for axis, (bad, index, bound) in enumerate(axes):
+            for axis, (bad, index, bound) in enumerate(axes() if callable(axes) else axes):
                 store(WORD_INDEX + axis, index)
                 store(WORD_BOUND + axis, as_i64(lw, bound, True))
                 bit = fn.select(bad, fn.constant(1 << axis, TileType(I64)), zero)
@@ -102,6 +103,38 @@ def report_unless(lw: LoweringContext, site: int, ok: Value,
         fn.yield_()
 
     fn.if_(ok, fn.yield_, claim)
+
+
+def reduce_i64(lw: LoweringContext, tile: Value, largest: bool) -> Value:
+    """The maximum (``largest``) or minimum of an i64 tile, as a scalar (a scalar as is)."""
+    fn = lw.fn
+    if not tile.type.shape:
+        return tile
+    size = 1
+    for d in tile.type.shape:
+        size *= d
+    flat = fn.reshape(tile, (size,)) if len(tile.type.shape) != 1 else tile
+    identity = IntegerAttr(-(1 << 63) if largest else (1 << 63) - 1, I64)
+
+    def body(e: Value, acc: Value) -> None:
+        pick = fn.maxi if largest else fn.mini
+        fn.yield_([pick(e, acc, signedness=Signedness.SIGNED)])
+
+    (result,) = fn.reduce([flat], 0, [identity], body)
+    return result
+
+
+def all_true(lw: LoweringContext, flags: Value) -> Value:
+    """Whether every element of an i1 tile is true, as a scalar i1 (one reduction)."""
+    fn = lw.fn
+    if not flags.type.shape:
+        return flags
+    shape = flags.type.shape
+    zeros = fn.constant(0, TileType(I64, shape))
+    ones = fn.constant(1, TileType(I64, shape))
+    worst = reduce_i64(lw, fn.select(flags, zeros, ones), True)
+    return fn.cmpi(ComparisonPredicate.EQ, worst, fn.constant(0, TileType(I64)),
+                   signedness=Signedness.SIGNED)
 
 
 def all_of(lw: LoweringContext, flags: Sequence[Value]) -> Value:

@@ -17,45 +17,34 @@ from typing import Optional, Sequence
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....dtypes import DType
-from ..bytecode import I1, I32, I64, ComparisonPredicate, IntegerAttr, Signedness, TileType, Value
+from ..bytecode import I1, I64, ComparisonPredicate, Signedness, TileType, Value
 from .arith import convert
-from .checks import all_of, as_i64, in_range, report_unless
+from .checks import all_of, all_true, as_i64, in_range, reduce_i64, report_unless
 from .context import LoweringContext, TensorArg, lowers, memory_type
 
 _I64_MIN = -(1 << 63)
 
 
-def _splat(lw: LoweringContext, scalar: Value, shape: Sequence[int]) -> Value:
-    if not shape:
-        return scalar
-    return lw.fn.broadcast(lw.fn.reshape(scalar, (1,) * len(shape)), tuple(shape))
+def _splat(lw: LoweringContext, value: Value, shape: Sequence[int]) -> Value:
+    """``value`` (a scalar, or a tile of ``shape``'s rank with extents 1 or equal) broadcast to
+    ``shape``."""
+    shape = tuple(shape)
+    if tuple(value.type.shape) == shape:
+        return value
+    if not value.type.shape:
+        value = lw.fn.reshape(value, (1,) * len(shape)) if shape else value
+    return lw.fn.broadcast(value, shape) if shape else value
 
 
 def _i32(lw: LoweringContext, value) -> Value:
     return lw.i32(value) if isinstance(value, int) else value
 
 
-def _reduce_i64(lw: LoweringContext, tile: Value, largest: bool) -> Value:
-    """The maximum (``largest``) or minimum of an i64 tile, as a scalar."""
-    fn = lw.fn
-    if not tile.type.shape:
-        return tile
-    size = 1
-    for d in tile.type.shape:
-        size *= d
-    flat = fn.reshape(tile, (size,)) if len(tile.type.shape) != 1 else tile
-    identity = IntegerAttr(_I64_MIN if largest else -_I64_MIN - 1, I64)
-
-    def body(e: Value, acc: Value) -> None:
-        pick = fn.maxi if largest else fn.mini
-        fn.yield_([pick(e, acc, signedness=Signedness.SIGNED)])
-
-    (result,) = fn.reduce([flat], 0, [identity], body)
-    return result
-
-
 @lowers("gather")
 def lower_gather(lw: LoweringContext, op: Operation) -> None:
+    """Each index keeps its own extents (it broadcasts to the result): it is checked and
+    scaled by its stride at those extents, then broadcast, so an ``(n, 1)`` row index costs
+    ``n`` compares, not ``n * d``. The failure report's reductions run only on failure."""
     fn = lw.fn
     x, *indices = lw.operands(op)
     tensor: TensorArg = x
@@ -65,12 +54,19 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
     wide = [as_i64(lw, i, d.is_signed) for i, d in zip(indices, index_dtypes)]
     dims = [_i32(lw, d) for d in tensor.dims]
     flags = [in_range(lw, i, d.is_signed, n) for i, d, n in zip(indices, index_dtypes, dims)]
-    mask = all_of(lw, flags) if flags else None
+    mask = None
+    for flag in flags:
+        full = _splat(lw, flag, shape)
+        mask = full if mask is None else fn.andi(mask, full)
     offset = None
     for i, stride in zip(wide, tensor.strides):
-        s = fn.constant(int(stride), TileType(I64)) if isinstance(stride, int) else \
-            fn.exti(stride, I64, signedness=Signedness.SIGNED)
-        term = fn.muli(i, _splat(lw, s, shape))
+        if isinstance(stride, int) and stride == 1:
+            term = i
+        else:
+            s = fn.constant(int(stride), TileType(I64)) if isinstance(stride, int) else \
+                fn.exti(stride, I64, signedness=Signedness.SIGNED)
+            term = fn.muli(i, _splat(lw, s, i.type.shape))
+        term = _splat(lw, term, shape)
         offset = term if offset is None else fn.addi(offset, term)
     base = _splat(lw, tensor.ptr, shape)
     pointers = fn.offset(base, offset) if offset is not None else base
@@ -81,7 +77,7 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
                    if dtype.is_bool else lw.constant(fill, dtype, shape))
     tile, _ = fn.load_ptr_tko(pointers, mask=mask, padding=padding, token=lw.gate)
     site = lw.checked_sites.get(id(op))
-    if site is not None and mask is not None:
+    if site is not None and flags:
         report_lanes(lw, site, flags, wide, dims)
     lw.set_result(op, convert(lw, tile, dt.int8, dt.bool_) if dtype.is_bool else tile)
 
@@ -89,27 +85,36 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
 def report_lanes(lw: LoweringContext, site: int, flags: Sequence[Value], wide: Sequence[Value],
                  dims: Sequence[Value], live: Optional[Value] = None) -> None:
     """Report a tile access whose lanes failed their check: ``flags`` per axis (i1 tiles:
-    the lane's index on that axis is in range), ``wide`` the indices (i64 tiles), ``dims`` the
-    extents (i32 scalars), ``live`` the lanes that access memory (all if None). Per axis the
-    largest offending index is recorded."""
+    the lane's index on that axis is in range), ``wide`` the indices (i64 tiles, each of its
+    flag's shape), ``dims`` the extents (i32 scalars), ``live`` the lanes that access memory
+    (all if None; of the shape the indices broadcast to). The test is one reduction per axis;
+    the largest offending index per axis is found only when it fails."""
     fn = lw.fn
-    shape = tuple(wide[0].type.shape)
-    if not shape:  # scalars: the flags themselves
-        ok = all_of(lw, [fn.ori(f, fn.xori(live, fn.constant(True, TileType(I1))))
-                         if live is not None else f for f in flags])
-        axes = [(fn.xori(f, fn.constant(True, TileType(I1))), i, n)
-                for f, i, n in zip(flags, wide, dims)]
-        report_unless(lw, site, ok, axes)
-        return
-    lowest = fn.constant(_I64_MIN, TileType(I64, shape))
-    axes, any_bad = [], None
-    for flag, i, n in zip(flags, wide, dims):
-        bad_lanes = fn.xori(flag, fn.constant(True, TileType(I1, shape)))
+    true = fn.constant(True, TileType(I1))
+
+    def bad_lanes(flag: Value) -> Value:
+        bad = fn.xori(flag, _splat(lw, true, flag.type.shape))
         if live is not None:
-            bad_lanes = fn.andi(bad_lanes, live)
-        worst = _reduce_i64(lw, fn.select(bad_lanes, i, lowest), True)
-        bad = fn.cmpi(ComparisonPredicate.NE, worst, fn.constant(_I64_MIN, TileType(I64)),
-                      signedness=Signedness.SIGNED)
-        axes.append((bad, worst, n))
-        any_bad = bad if any_bad is None else fn.ori(any_bad, bad)
-    report_unless(lw, site, fn.xori(any_bad, fn.constant(True, TileType(I1))), axes)
+            shape = tuple(live.type.shape)
+            bad = fn.andi(_splat(lw, bad, shape), live)
+        return bad
+
+    passed = []
+    for flag in flags:
+        bad = bad_lanes(flag)
+        passed.append(all_true(lw, fn.xori(bad, _splat(lw, true, bad.type.shape))))
+    ok = all_of(lw, passed)
+
+    def axes() -> list:
+        out = []
+        for flag, i, n in zip(flags, wide, dims):
+            bad = bad_lanes(flag)
+            shape = tuple(bad.type.shape)
+            lowest = fn.constant(_I64_MIN, TileType(I64, shape))
+            worst = reduce_i64(lw, fn.select(bad, _splat(lw, i, shape), lowest), True)
+            failed = fn.cmpi(ComparisonPredicate.NE, worst,
+                             fn.constant(_I64_MIN, TileType(I64)), signedness=Signedness.SIGNED)
+            out.append((failed, worst, n))
+        return out
+
+    report_unless(lw, site, ok, axes)
