@@ -3,8 +3,9 @@
 Each lane's address is the tensor's base plus the sum of index times stride over the axes,
 computed in 64 bits; a lane whose index lies outside the tensor on any axis is masked off and
 reads the padding (``padding=``, else zero), so no memory outside the tensor is read. A checked
-gather (``compiler.bounds``) then reports, unless every lane was inside, the largest offending
-index per axis to the kernel's fault record (``lower/checks.py``). A gather reads a shared
+gather (``compiler.bounds``) then reports a failing lane's index to the kernel's fault record
+(``lower/checks.py``) with masked atomics and stores (``report_lanes``: nothing to do, and no
+reduction or branch, when every lane passes). A gather reads a shared
 tensor: it takes the grid-dependency gate as its token, never the chain of mutable accesses.
 
 Imports the ``bytecode`` package and its sibling lowering modules only.
@@ -17,13 +18,12 @@ from typing import Optional, Sequence
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....dtypes import DType
-from ..bytecode import I1, I64, ComparisonPredicate, Signedness, TileType, Value
+from ..bytecode import (I1, I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope,
+                        Signedness, TileType, Value)
 from .arith import convert
-from .checks import all_of, all_true, as_i64, in_range, reduce_i64, report_unless
+from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE, as_i64,
+                     in_range)
 from .context import LoweringContext, TensorArg, lowers, memory_type
-
-_I64_MIN = -(1 << 63)
-
 
 def _splat(lw: LoweringContext, value: Value, shape: Sequence[int]) -> Value:
     """``value`` (a scalar, or a tile of ``shape``'s rank with extents 1 or equal) broadcast to
@@ -84,37 +84,38 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
 
 def report_lanes(lw: LoweringContext, site: int, flags: Sequence[Value], wide: Sequence[Value],
                  dims: Sequence[Value], live: Optional[Value] = None) -> None:
-    """Report a tile access whose lanes failed their check: ``flags`` per axis (i1 tiles:
-    the lane's index on that axis is in range), ``wide`` the indices (i64 tiles, each of its
-    flag's shape), ``dims`` the extents (i32 scalars), ``live`` the lanes that access memory
-    (all if None; of the shape the indices broadcast to). The test is one reduction per axis;
-    the largest offending index per axis is found only when it fails."""
-    fn = lw.fn
-    true = fn.constant(True, TileType(I1))
+    """Report the lanes of a tile access that failed their check, lane by lane: ``flags`` per
+    axis (i1 tiles: the lane's index on that axis is in range), ``wide`` the indices (i64
+    tiles, each of its flag's shape), ``dims`` the extents (i32 scalars), ``live`` the lanes
+    that access memory (all if None; of the shape the indices broadcast to).
 
-    def bad_lanes(flag: Value) -> Value:
-        bad = fn.xori(flag, _splat(lw, true, flag.type.shape))
+    Per axis, one masked compare-and-swap claims the fault record for the failing lanes (a
+    lane whose mask is off does nothing, so a passing access costs no memory traffic, no
+    reduction across the tile and no branch); the one lane that claims it writes its index,
+    the extent and the program's block ids with masked stores. The record then names one
+    offending index (the interpreter names the largest per axis)."""
+    fn = lw.fn
+    record = lw.fault_record
+    ids = lw.block_ids if lw.block_ids is not None else fn.get_tile_block_id()
+    for axis, (flag, index, bound) in enumerate(zip(flags, wide, dims)):
+        shape = tuple(flag.type.shape)
+        bad = fn.xori(flag, _splat(lw, fn.constant(True, TileType(I1)), shape))
         if live is not None:
             shape = tuple(live.type.shape)
             bad = fn.andi(_splat(lw, bad, shape), live)
-        return bad
+            index = _splat(lw, index, shape)
+        zeros = fn.constant(0, TileType(I64, shape))
 
-    passed = []
-    for flag in flags:
-        bad = bad_lanes(flag)
-        passed.append(all_true(lw, fn.xori(bad, _splat(lw, true, bad.type.shape))))
-    ok = all_of(lw, passed)
+        def at(word: int) -> Value:
+            return _splat(lw, fn.offset(record, fn.constant(word, TileType(I32))), shape)
 
-    def axes() -> list:
-        out = []
-        for flag, i, n in zip(flags, wide, dims):
-            bad = bad_lanes(flag)
-            shape = tuple(bad.type.shape)
-            lowest = fn.constant(_I64_MIN, TileType(I64, shape))
-            worst = reduce_i64(lw, fn.select(bad, _splat(lw, i, shape), lowest), True)
-            failed = fn.cmpi(ComparisonPredicate.NE, worst,
-                             fn.constant(_I64_MIN, TileType(I64)), signedness=Signedness.SIGNED)
-            out.append((failed, worst, n))
-        return out
-
-    report_unless(lw, site, ok, axes)
+        old, _ = fn.atomic_cas_tko(at(WORD_SITE), zeros,
+                                   fn.constant(site, TileType(I64, shape)), mask=bad,
+                                   ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE)
+        won = fn.andi(bad, fn.cmpi(ComparisonPredicate.EQ, old, zeros,
+                                   signedness=Signedness.SIGNED))
+        words = [(WORD_PROGRAM + k, as_i64(lw, b, True)) for k, b in enumerate(ids)]
+        words += [(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True)),
+                  (WORD_AXES, fn.constant(1 << axis, TileType(I64)))]
+        for word, value in words:
+            fn.store_ptr_tko(at(word), _splat(lw, value, shape), mask=won)
