@@ -324,6 +324,7 @@ def printer(z: tc.MutTensor[tc.i32, (4,)], scale: float):
     z.store(t)
 
 
+@pytest.mark.interpreter_only("the interpreter's print order (tests/gpu: a GPU interleaves)")
 def test_print_writes_c_printf_text_per_program_in_grid_order(capfd):
     z, = printer(poisoned(8, ts.int32).partition(4), 0.5).sync()
     out, err = capfd.readouterr()
@@ -357,6 +358,7 @@ def print_in_loop(z: tc.MutTensor[tc.f32, (2,)], n: int):
     tc.print("stored %g", z.load())
 
 
+@pytest.mark.interpreter_only("the interpreter's print order (tests/gpu: a GPU interleaves)")
 def test_prints_keep_program_order_through_loops_and_branches(capfd):
     z, = print_in_loop(poisoned(2).partition(2), 5).sync()
     out, _ = capfd.readouterr()
@@ -446,6 +448,7 @@ def test_assert_passes_silently_when_it_holds(capfd):
     assert capfd.readouterr() == ("", "")
 
 
+@pytest.mark.interpreter_only("a failed assert traps a GPU, ending its context (tests/gpu)")
 def test_a_failed_tile_assert_names_kernel_program_line_message_and_elements():
     x = np.array([0, 1, 2, 3, 4, 9, 6, 9], dtype=np.float32)
     with pytest.raises(DeviceAssertionError) as info:
@@ -460,6 +463,7 @@ def test_a_failed_tile_assert_names_kernel_program_line_message_and_elements():
     assert info.value.arguments is not None  # the launch hands its arguments back
 
 
+@pytest.mark.interpreter_only("a failed assert traps a GPU, ending its context (tests/gpu)")
 def test_a_failed_scalar_assert_raises_with_its_message():
     x = np.full(8, -30.0, dtype=np.float32)
     with pytest.raises(DeviceAssertionError, match="sum too small$") as info:

@@ -11,10 +11,10 @@ the updates need to be atomic, not to order other accesses.
 Modes: ``addf`` for float ``add``, ``add`` for integers; ``max``/``min`` for signed integers,
 ``umax``/``umin`` for unsigned ones; ``and``, ``or``, ``xor``.
 
-Ordering: an atomic tensor is only ever accessed by atomics, whose updates commute (float
-additions up to rounding, whose order is unspecified anyway), so they take no place in the
-mutable token chain: each takes only the grid-dependency gate's token (when the kernel waits
-for its predecessor), like a shared load, and its result token is dropped.
+Ordering: one program's atomic updates happen in its program order, as on the interpreter:
+updates of different kinds do not commute (a max then an add of one element is not an add then
+a max), so each atomic takes the token of the mutable chain and yields the next one. Other
+programs' updates interleave with them in any order (that is what atomics are for).
 
 Importing it registers the lowering (``context.lowers``). It imports the ``bytecode`` package,
 ``context`` and ``tilesafe.compiler``/``dtypes``, never the host layers, ``tilesafe.driver`` or
@@ -127,6 +127,6 @@ def lower_atomic_rmw(lw: LoweringContext, op: Operation) -> None:
     if shape:
         base = lw.fn.broadcast(lw.fn.reshape(base, (1,) * len(shape)), shape)
     pointers = lw.fn.offset(base, element_offsets(lw, tensor, indices))
-    lw.fn.atomic_rmw_tko(pointers, value, atomic_mode(op.attrs["mode"], t.dtype),
-                         ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE, mask=mask,
-                         token=lw.gate)
+    _, lw.token = lw.fn.atomic_rmw_tko(pointers, value, atomic_mode(op.attrs["mode"], t.dtype),
+                                       ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE,
+                                       mask=mask, token=lw.token)

@@ -24,7 +24,8 @@ from ....compiler import ops as _ops  # noqa: F401 (every op declared: lowerings
 from ....compiler import registry
 from ....compiler.ir import Block, KernelIR, Operation
 from ....compiler.ir import Value as IRValue
-from ....compiler.types import (MappedPartitionType, PointerType as IRPointerType, TensorViewType,
+from ....compiler.types import (AtomicTensorType, MappedPartitionType,
+                               PointerType as IRPointerType, TensorViewType,
                                TileType as IRTileType)
 from ....dtypes import DType
 from ....errors import CompileError
@@ -217,15 +218,16 @@ class LoweringContext:
     @staticmethod
     def needs_token(op: Operation) -> bool:
         """Whether ``op`` accesses memory through a mutable view (MutTensor, mapped partition,
-        raw pointer) or prints: such ops are ordered by the token chain; shared reads are
-        not."""
+        raw pointer, atomic tensor) or prints: such ops are ordered by the token chain, so one
+        program's updates happen in its program order (an atomic max and a later add of one
+        element give the interpreter's result); shared reads are not."""
         definition = registry.OPS.get(op.name)
         if definition is not None and definition.effect == "io":
             return True
         if definition is None or definition.effect not in ("read", "write") or not op.operands:
             return False
         t = op.operands[0].type
-        return (isinstance(t, (MappedPartitionType, IRPointerType))
+        return (isinstance(t, (MappedPartitionType, IRPointerType, AtomicTensorType))
                 or (isinstance(t, TensorViewType) and t.mutable))
 
     @staticmethod
