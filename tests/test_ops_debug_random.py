@@ -563,3 +563,11 @@ def test_pythons_print_in_a_kernel_points_to_tc_print(tmp_path):
     err = _compile_error(tmp_path, 'print("x", s)', KernelNameError,
                          "the Python built-in 'print' is not available in kernels")
     assert "tc.print(fmt, *values)" in err.hint
+
+
+def test_a_star_import_of_the_device_language_leaves_pythons_print_abs_and_pow():
+    namespace: dict = {}
+    exec("from tilesafe.core import *", namespace)  # noqa: S102 (what a user script does)
+    assert not {"print", "abs", "pow"} & set(namespace)
+    assert {"exp", "gather", "rand", "MutTensor"} <= set(namespace)
+    assert callable(tc.print) and callable(tc.abs)  # still there as tc.print, tc.abs

@@ -14,6 +14,7 @@ has ``atomic_add(value, *indices)`` and its siblings (``atomic_max``, ``atomic_m
 
 from __future__ import annotations
 
+import builtins as _builtins
 import inspect as _inspect
 
 from .compiler import ops as _ops  # noqa: F401 (importing declares every op in the registry)
@@ -46,10 +47,14 @@ _FUNCTIONS = sorted(name for name, entry in _registry.BUILTINS.items() if entry.
 for _name in _FUNCTIONS:
     globals()[_name] = _make_stub(_registry.BUILTINS[_name])
 
+# ``from tilesafe.core import *`` must not hide Python's own ``print``, ``abs`` or ``pow`` on
+# the host: those stay ``tc.print``, ``tc.abs``, ``tc.pow`` (kernels see them either way).
+_SHADOWS_A_PYTHON_BUILTIN = frozenset(n for n in _FUNCTIONS if hasattr(_builtins, n))
+
 __all__ = [
     "Tensor", "MutTensor", "MappedPartitionMut", "AtomicTensor", "Const", "Ptr", "DType",
     "bool_", "b1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
     "f64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
     "bfloat16", "float32", "float64", "f8e4m3fn", "f8e5m2", "tf32", "float8_e4m3fn",
     "float8_e5m2", "tfloat32",
-] + _FUNCTIONS
+] + [n for n in _FUNCTIONS if n not in _SHADOWS_A_PYTHON_BUILTIN]
