@@ -16,6 +16,7 @@ synchronized first.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from ...compiler.bounds import (access_rank, fault_sites, out_of_range_message,
@@ -38,6 +39,7 @@ class FaultRecord:
         self.sites = fault_sites(kernel)
         self._memory = memory
         self.address = memory.address
+        self._reading = threading.Lock()  # one reader takes a report: it is raised once
 
     def _spend(self, why: str, where: Any) -> None:
         """The launch that borrowed the record has completed: raise what it reported."""
@@ -48,11 +50,14 @@ class FaultRecord:
     def take(self) -> Optional[TilesafeError]:
         """The error a completed launch reported (clearing the record), or None."""
         words = self._memory.words
-        site = int(words[WORD_SITE])
-        if site == 0:
+        if int(words[WORD_SITE]) == 0:  # (the common case: no lock)
             return None
-        record = [int(w) for w in words]
-        words[:] = 0
+        with self._reading:
+            site = int(words[WORD_SITE])
+            if site == 0:
+                return None
+            record = [int(w) for w in words]
+            words[:] = 0
         return self._describe(site, record)
 
     def _describe(self, site: int, record: list[int]) -> TilesafeError:
