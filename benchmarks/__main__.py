@@ -1,7 +1,7 @@
 """Command line of the benchmark suite.
 
     python -m benchmarks all --out benchmarks/results/h100-2026-11-22
-    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed [--quick]
+    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention [--quick]
                          [--device cuda:0] [--out DIR]
     python -m benchmarks summary DIR      (the Markdown headline tables of a results DIR)
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import _harness as h
 
-BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed")
+BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention")
 
 
 def main(argv=None) -> int:
@@ -61,6 +61,9 @@ def main(argv=None) -> int:
             elif name == "indexed":
                 from . import indexed
                 indexed.run(out, args.device, args.quick)
+            elif name == "attention":
+                from . import attention
+                attention.run(out, args.device, args.quick)
             else:
                 from . import execution_modes
                 execution_modes.run(out, args.device, args.quick)
