@@ -382,3 +382,32 @@ def test_a_synchronize_hands_back_every_borrowed_item_and_raises_the_first_error
     assert [i.spent for i in items] == [1] * 5
     stream.synchronize()  # nothing is left pending
     assert [i.spent for i in items] == [1] * 5
+
+
+def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monkeypatch):
+    """Two plans of one kernel never share a record (a report reaches the launch that made
+    it); a dropped plan's record memory goes back, zeroed, to its device's pool."""
+    import gc
+
+    from tilesafe.backends.tileir import faults
+
+    made = []
+
+    class Mapped(_Words):
+        def __init__(self, index, count):
+            super().__init__()
+            made.append(self)
+    monkeypatch.setattr(faults.cuda, "MappedWords", Mapped)
+    monkeypatch.setattr(faults, "_FREE", {})
+    ir = pick_tile.ir(ts.zeros((4,), ts.float32).partition((4,)), on(np.zeros(8, np.float32)),
+                      1)
+    records = faults.FaultRecords(ir, 0)
+    first, second = records.new(), records.new()
+    assert first._memory is not second._memory and len(made) == 2
+    memory = first._memory
+    memory.words[WORD_SITE] = 1  # a report nobody read before the plan was dropped
+    del first
+    gc.collect()
+    third = records.new()
+    assert third._memory is memory and not memory.words.any() and len(made) == 2
+    assert second.take() is None and third.take() is None

@@ -42,6 +42,7 @@ class KernelNode:
         # what recording validated, without loans: a capture packs the launch from it
         self._validated = PreparedLaunch(prepared.specialization, prepared.grid, prepared.args,
                                          [], where, prepared.device, prepared.plan)
+        self._captured: Any = None  # the bound launch a capture put in the native graph
 
     @property
     def borrow_key(self) -> tuple:
@@ -61,12 +62,14 @@ class KernelNode:
     def capture(self, builder: Any) -> None:
         """Add this launch to a native graph being built (no loans: each replay checks and
         borrows the arguments before the graph runs)."""
-        self.kernel._bound(self._validated).launch(_CaptureStream(int(builder.stream.handle)))
+        self._captured = self.kernel._bound(self._validated)
+        self._captured.launch(_CaptureStream(int(builder.stream.handle)))
 
     def fault_records(self) -> list:
         """What each replay of the captured launch lends besides its arguments and reads back
-        at the replay's synchronize (the kernel's fault record, if it has checked accesses)."""
-        record = getattr(self.kernel._bound(self._validated), "fault_record", None)
+        at the replay's synchronize: the fault record the captured launch writes, if its kernel
+        has checked accesses."""
+        record = getattr(self._captured, "fault_record", None)
         return [record] if record is not None else []
 
     def replay(self, stream: Stream) -> None:

@@ -24,7 +24,7 @@ from ...driver.device import Device
 from ..base import KernelArg, Stage, Target
 from . import cache
 from .executable import TileIRExecutable
-from .faults import fault_record_for
+from .faults import fault_records_for
 from .facts import launch_facts
 from .lower import lower_kernel, waits_for_predecessor
 from .tileiras import assemble, find_tileiras
@@ -88,15 +88,15 @@ class TileIRBackend:
             ir, index = ir_of["ir"], target.device.index
             programmatic = (waits_for_predecessor(BYTECODE_VERSION)
                             and cuda.compute_capability(index) >= PROGRAMMATIC_CAPABILITY)
-            record = fault_record_for(ir, index)
+            records = fault_records_for(ir, index)
             try:
-                return TileIRExecutable(ir.name, built.cubin, index, programmatic, record)
+                return TileIRExecutable(ir.name, built.cubin, index, programmatic, records)
             except Exception:
                 if built.compiled:
                     raise
                 cache.evict(built.key)  # a cached cubin the driver rejects is rebuilt once
                 fresh = assemble_cached(built.bytecode)
-                return TileIRExecutable(ir.name, fresh.cubin, index, programmatic, record)
+                return TileIRExecutable(ir.name, fresh.cubin, index, programmatic, records)
 
         stages: list[tuple[str, Stage]] = [("lower", lower), ("assemble", assemble_cached)]
         if target.device is not None:

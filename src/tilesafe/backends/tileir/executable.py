@@ -18,7 +18,7 @@ import numpy as np
 from ...driver import cuda
 from ...errors import ArgumentError
 from ..base import KernelArg
-from .faults import FaultRecord
+from .faults import FaultRecords
 
 _I32_MAX = (1 << 31) - 1
 
@@ -56,21 +56,22 @@ class TileIRExecutable:
     dependent of the previous kernel on its stream."""
 
     def __init__(self, name: str, cubin: bytes, device_index: int, programmatic: bool = False,
-                 fault_record: Optional[FaultRecord] = None):
+                 fault_records: Optional[FaultRecords] = None):
         self.cubin = cubin
         self.device_index = device_index
         self.handle = cuda.load_kernel(cubin, name, device_index)
         self.programmatic = programmatic
-        self.fault_record = fault_record
+        self.fault_records = fault_records
 
     def bind(self, args: Sequence[KernelArg], grid: tuple[int, int, int]) -> cuda.PackedLaunch:
-        """The launch packed once; a kernel with checked accesses gets its fault record's
-        address as the last parameter, and the launch lends it the record
+        """The launch packed once; a kernel with checked accesses gets a fault record of its
+        own, its address as the last parameter, and each launch lends it the record
         (``PackedLaunch.fault_record``)."""
         packed = pack_arguments(args)
-        if self.fault_record is not None:
-            packed.append(self.fault_record.address)
+        record = self.fault_records.new() if self.fault_records is not None else None
+        if record is not None:
+            packed.append(record.address)
         launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index,
                                    self.programmatic)
-        launch.fault_record = self.fault_record
+        launch.fault_record = record
         return launch

@@ -1,22 +1,27 @@
 """Fault records: how a GPU kernel's failed bounds check reaches the host (safety rule 10).
 
 A kernel with checked accesses (``compiler.bounds.checked_accesses``) writes its first failed
-check into a small record of host-visible memory (layout: ``lower/checks.py``). Each executable
-of such a kernel owns one :class:`FaultRecord`; every launch of it lends the record to the
-launch, and the borrow ends when the stream the launch ran on is synchronized (the stream calls
-``_spend``, as for a borrowed partition): then the host reads the record and, if a check
-failed, clears it and raises :class:`~tilesafe.errors.IndexOutOfRangeError` naming the kernel,
-the access's file:line, the tile program and the index, in the words the interpreter uses.
+check into a small record of host-visible memory (layout: ``lower/checks.py``). Each bound
+launch of such a kernel (one per launch plan: the same argument objects) has its own
+:class:`FaultRecord`; every launch of it lends the record to the launch, and the borrow ends
+when the stream the launch ran on is synchronized (the stream calls ``_spend``, as for a
+borrowed partition): then the host reads the record and, if a check failed, clears it and
+raises :class:`~tilesafe.errors.IndexOutOfRangeError` (or ``PositionsError``) naming the
+kernel, the access's file:line, the tile program and the index, in the words the interpreter
+uses.
 
-The access itself read padding (a bounds-checked view or a masked gather), so no memory
-outside the tensors was touched. Launches of one executable share its record: two launches of
-the same kernel in flight on different streams report the first failure to whichever stream is
-synchronized first.
+The access itself stayed inside its tensor (a bounds-checked view, a masked gather or atomic),
+so no memory outside the tensors was touched. Launches that share a record share their
+argument objects, so they cannot be in flight on two streams at once when they write an
+output (their loans conflict): a report reaches the stream of the launch that made it. The
+memory of a record goes back to a per-device pool when its bound launch is dropped (a pending
+launch's stream holds its record until it is synchronized).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Optional
 
 from ...compiler.bounds import (access_rank, fault_sites, out_of_range_message,
@@ -26,11 +31,11 @@ from ...driver import cuda
 from ...errors import IndexOutOfRangeError, PositionsError, TilesafeError
 from .lower.checks import FAULT_WORDS, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE
 
-__all__ = ["FaultRecord", "fault_record_for"]
+__all__ = ["FaultRecord", "FaultRecords", "fault_records_for"]
 
 
 class FaultRecord:
-    """The fault record of one executable of ``kernel`` on device ``index``."""
+    """A fault record of a bound launch of ``kernel`` (made by :class:`FaultRecords`)."""
 
     def __init__(self, kernel: KernelIR, memory: Any):
         """``memory``: ``FAULT_WORDS`` zeroed int64 words the kernel can write (``words``, a
@@ -91,9 +96,40 @@ class FaultRecord:
             "was synchronized)")
 
 
-def fault_record_for(kernel: KernelIR, index: int) -> Optional[FaultRecord]:
-    """A fault record for an executable of ``kernel`` on device ``index``, if it has checked
-    accesses."""
-    if not fault_sites(kernel):
-        return None
-    return FaultRecord(kernel, cuda.MappedWords(index, FAULT_WORDS))
+_FREE: dict[int, list] = {}  # device index -> the memory of dropped records, zeroed
+_FREE_LOCK = threading.Lock()
+
+
+def _take(index: int) -> Any:
+    with _FREE_LOCK:
+        free = _FREE.setdefault(index, [])
+        if free:
+            return free.pop()
+    return cuda.MappedWords(index, FAULT_WORDS)
+
+
+def _give_back(index: int, memory: Any) -> None:
+    memory.words[:] = 0
+    with _FREE_LOCK:
+        _FREE.setdefault(index, []).append(memory)
+
+
+class FaultRecords:
+    """Makes the fault records of one executable of ``kernel`` on device ``index``: one for
+    each bound launch (``TileIRExecutable.bind``)."""
+
+    def __init__(self, kernel: KernelIR, index: int):
+        self.kernel, self.index = kernel, index
+
+    def new(self) -> FaultRecord:
+        memory = _take(self.index)
+        record = FaultRecord(self.kernel, memory)
+        finalizer = weakref.finalize(record, _give_back, self.index, memory)
+        finalizer.atexit = False
+        return record
+
+
+def fault_records_for(kernel: KernelIR, index: int) -> Optional[FaultRecords]:
+    """What makes the fault records of an executable of ``kernel`` on device ``index``, if it
+    has checked accesses."""
+    return FaultRecords(kernel, index) if fault_sites(kernel) else None
