@@ -6,7 +6,8 @@
 #   modes  the launch-mode sweep (benchmarks/execution_modes.py)
 #   modes_python  the same sweep with TILESAFE_COMPILED_PATH=0 (launch path in Python)
 #   modes_old  the sweep of an earlier checkout placed at .old/ (see below), to compare
-#   quick  the benchmark suite on a few sizes      full  the whole benchmark suite
+#   quick  the benchmark suite on a few sizes (about 5 minutes: the GEMM search compiles 32
+#          configurations)      full  the whole benchmark suite
 # Everything lands in $OUT/results.tar.gz (the device tool returns at most 8 files) plus the
 # console. Usage, from the repository root with .gpu/ and .whl/ carried:
 #   bash benchmarks/gpu_checks.sh gpu modes quick
@@ -69,7 +70,7 @@ for stage in "${@:-gpu modes}"; do
            runs=$((${runs:-0} + 1)); dir="$WORK/${stage}_$runs"; mkdir -p "$dir"
            (cd .old && PYTHONPATH="$PWD/src:/tmp/site:$PWD" timeout 150 python3 -m benchmarks \
               modes --out "$dir") 2>&1 | tee "$dir/modes.txt" ;;
-    quick) timeout 250 python3 -m benchmarks elementwise gemm --quick --out "$WORK" 2>&1 \
+    quick) timeout 500 python3 -m benchmarks elementwise gemm --quick --out "$WORK" 2>&1 \
              | tee "$WORK/bench_quick.txt" ;;
     full) timeout 575 python3 -m benchmarks all --out "$WORK" 2>&1 | tee "$WORK/bench.txt" ;;
     *) echo "unknown stage $stage" ;;
