@@ -131,3 +131,23 @@ def test_a_graph_replay_reports_an_index_the_device_changed_between_replays():
     ids.copy_(ts.tensor(np.arange(16, dtype=np.int32), device=GPU).sync()).sync()
     graph.replay()  # reported once; the graph replays cleanly again
     assert np.array_equal(out.numpy(), data[:16])
+
+
+def test_an_awaited_launch_raises_the_report_in_the_coroutine():
+    import asyncio
+    data, table = _table(GPU)
+    ids = np.arange(8, dtype=np.int32)
+    ids[6] = 1000
+
+    async def main():
+        out = _poisoned((8, 64), GPU)
+        op = embed(ts.borrow_mut(out).partition((4, 64)), table,
+                   ts.tensor(ids, device=GPU).sync())
+        with pytest.raises(IndexOutOfRangeError, match=r"tile program \(1, 0, 0\): gather "
+                           r"index 1000 along axis 0"):
+            await op
+        return out.numpy()  # usable again: the loans ended with the launch
+
+    out = asyncio.run(main())
+    good = np.arange(8) != 6
+    assert np.array_equal(out[good], data[ids[good]])
