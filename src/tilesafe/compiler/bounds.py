@@ -49,9 +49,6 @@ class Range:
     hi: Optional[int] = None
     below: frozenset = frozenset()
 
-    def within(self, lo: int, hi: int) -> bool:
-        return self.lo is not None and self.hi is not None and lo <= self.lo and self.hi <= hi
-
 
 UNKNOWN = Range()
 

@@ -37,11 +37,12 @@ __all__ = ["FaultRecord", "FaultRecords", "fault_records_for"]
 class FaultRecord:
     """A fault record of a bound launch of ``kernel`` (made by :class:`FaultRecords`)."""
 
-    def __init__(self, kernel: KernelIR, memory: Any):
+    def __init__(self, kernel: KernelIR, memory: Any, sites: Optional[list] = None):
         """``memory``: ``FAULT_WORDS`` zeroed int64 words the kernel can write (``words``, a
-        numpy view the host reads, and ``address``, the device address)."""
+        numpy view the host reads, and ``address``, the device address); ``sites``: the
+        kernel's ``fault_sites`` when already known."""
         self.kernel_name = kernel.name
-        self.sites = fault_sites(kernel)
+        self.sites = fault_sites(kernel) if sites is None else sites
         self._memory = memory
         self.address = memory.address
         self._reading = threading.Lock()  # one reader takes a report: it is raised once
@@ -120,10 +121,11 @@ class FaultRecords:
 
     def __init__(self, kernel: KernelIR, index: int):
         self.kernel, self.index = kernel, index
+        self.sites = fault_sites(kernel)  # (worked out once: a record is made per launch plan)
 
     def new(self) -> FaultRecord:
         memory = _take(self.index)
-        record = FaultRecord(self.kernel, memory)
+        record = FaultRecord(self.kernel, memory, self.sites)
         finalizer = weakref.finalize(record, _give_back, self.index, memory)
         finalizer.atexit = False
         return record
@@ -132,4 +134,5 @@ class FaultRecords:
 def fault_records_for(kernel: KernelIR, index: int) -> Optional[FaultRecords]:
     """What makes the fault records of an executable of ``kernel`` on device ``index``, if it
     has checked accesses."""
-    return FaultRecords(kernel, index) if fault_sites(kernel) else None
+    records = FaultRecords(kernel, index)
+    return records if records.sites else None

@@ -21,16 +21,16 @@ from ..bounds import out_of_range_message
 from ..ir import Value
 from ..registry import builtin, op
 from ..types import TensorViewType, TileType, broadcast_shapes
-from .memory import _fill_value, _output_read
+from .memory import fill_value, output_read
 
 __all__ = ["offending_indices"]
 
 
 def _gather_rule(types, attrs):
     x, *indices = types
-    problem = _output_read(x)
+    problem = output_read(x, reader="gather")
     if problem:
-        raise SafetyError(problem[0].replace("load_tile_like", "gather"), hint=problem[1])
+        raise SafetyError(problem[0], hint=problem[1])
     if not isinstance(x, TensorViewType):
         raise CompileError(f"gather reads a tensor parameter, got {x}")
     if len(indices) != x.rank:
@@ -40,7 +40,7 @@ def _gather_rule(types, attrs):
     for t in indices:
         if not (isinstance(t, TileType) and t.dtype.is_int):
             raise DTypeError(f"gather indices must be integer tiles, got {t}")
-        if indices and t.rank != indices[0].rank:
+        if t.rank != indices[0].rank:
             raise ShapeError(f"gather: index tiles have different ranks ({indices[0]} and {t})")
         new = broadcast_shapes(shape, t.shape)
         if new is None:
@@ -104,9 +104,9 @@ def _build_gather(b, x, *indices, padding=None):
     """
     if len(indices) == 1 and isinstance(indices[0], tuple):
         indices = indices[0]
-    problem = _output_read(x.type, x.name) if isinstance(x, Value) else None
+    problem = output_read(x.type, x.name, "gather") if isinstance(x, Value) else None
     if problem:
-        raise b.error(SafetyError, problem[0].replace("load_tile_like", "gather"), problem[1])
+        raise b.error(SafetyError, *problem)
     if not (isinstance(x, Value) and isinstance(x.type, TensorViewType)):
         raise b.error(CompileError, "gather(x, *indices): x must be a tc.Tensor parameter",
                       "pass the tensor to read as a tc.Tensor parameter")
@@ -135,7 +135,7 @@ def _build_gather(b, x, *indices, padding=None):
         b.check_tile_shape(shape)
     attrs = {}
     if padding is not None:
-        attrs["padding_value"] = _fill_value(b, padding, x.type.dtype, "padding")
+        attrs["padding_value"] = fill_value(b, padding, x.type.dtype, "padding")
     # each index keeps its own extents (reshaped to the result's rank): a GPU checks and
     # scales it before broadcasting, so an (n, 1) row index is checked n times, not n * d
     ranked = [v if v.type.rank == len(shape) else

@@ -300,18 +300,19 @@ def _padding_arg(b, padding, dtype: DType) -> str:
     return name
 
 
-def _output_read(x, name: str = "") -> Optional[tuple[str, str]]:
-    """The message and fix when ``load_tile_like``'s source ``x`` (a type) is an output: a
-    ``tc.MutTensor`` or ``tc.MappedPartitionMut`` is read only through its own ``load()``, at
-    the tiles this program owns (other programs write its other tiles); None for anything else.
-    ``name`` is the parameter's name for the fix, where the builder knows it."""
+def output_read(x, name: str = "", reader: str = "load_tile_like") -> Optional[tuple[str, str]]:
+    """The message and fix when the source ``x`` (a type) of a shared read (``reader``:
+    ``load_tile_like``, ``gather``) is an output: a ``tc.MutTensor`` or
+    ``tc.MappedPartitionMut`` is read only through its own ``load()``, at the tiles this program
+    owns (other programs write its other tiles); None for anything else. ``name`` is the
+    parameter's name for the fix, where the builder knows it."""
     mapped = isinstance(x, MappedPartitionType)
     if not (mapped or (isinstance(x, TensorViewType) and x.mutable)):
         return None
     name = name or ("m" if mapped else "z")
     own = (f"{name}.load(idx) for each idx of {name}.iter_indices()" if mapped
            else f"{name}.load()")
-    return (f"load_tile_like reads a shared tc.Tensor, not the output {x}: an output is read "
+    return (f"{reader} reads a shared tc.Tensor, not the output {x}: an output is read "
             f"only through its own load(), at the tiles this program owns (safety rule 1)",
             f"read this program's own tile with {own}; pass an array that other programs may "
             f"read as a tc.Tensor parameter")
@@ -319,7 +320,7 @@ def _output_read(x, name: str = "") -> Optional[tuple[str, str]]:
 
 def _load_like_rule(types, attrs):
     x, z = types
-    problem = _output_read(x)
+    problem = output_read(x)
     if problem:
         raise SafetyError(problem[0], hint=problem[1])
     if not isinstance(x, TensorViewType):
@@ -351,7 +352,7 @@ def _build_load_like(b, x, z, padding=0, *, latency=None, allow_tma=None):
     safety rule 1). Elements past ``x``'s edge read as ``padding`` (0, -0.0, nan, inf or
     -inf). ``latency`` (1-10) and ``allow_tma`` (bool) are optimization hints for the GPU.
     """
-    problem = _output_read(x.type, x.name) if isinstance(x, Value) else None
+    problem = output_read(x.type, x.name) if isinstance(x, Value) else None
     if problem:
         raise b.error(SafetyError, *problem)
     if isinstance(x, Value) and isinstance(x.type, AtomicTensorType):
@@ -445,12 +446,12 @@ def _build_partition_load(b, p, *index, padding=None, latency=None, allow_tma=No
         index = index[0]
     attrs = access_hints(b, latency, allow_tma)
     if padding is not None:
-        attrs["padding_value"] = _fill_value(b, padding, p.type.tensor.dtype, "padding")
+        attrs["padding_value"] = fill_value(b, padding, p.type.tensor.dtype, "padding")
     return b.emit1("partition_load", (p, *(b.scalar_int(i, "partition index") for i in index)),
                    attrs)
 
 
-def _fill_value(b, value, dtype: DType, what: str):
+def fill_value(b, value, dtype: DType, what: str):
     """A compile-time Python number that ``dtype`` can hold (the value of padded reads)."""
     if not isinstance(value, (bool, int, float)) or not dtype.fits(value):
         raise b.error(DTypeError, f"{what} {value!r} must be a compile-time number that "

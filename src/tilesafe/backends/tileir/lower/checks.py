@@ -18,20 +18,23 @@ word   meaning
 10     a bit per axis whose index was out of range
 ====== ========================================================================
 
+An indexed partition's positions (``positions.py``) use word 1 for the failing row and word 10
+for the kind of failure instead.
+
 Imports the ``bytecode`` package and ``context`` only.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from ..bytecode import (I1, I32, I64, ComparisonPredicate, IntegerAttr, MemoryOrdering,
-                        MemoryScope, Signedness, TileType, Value)
+from ..bytecode import (I1, I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope,
+                        Signedness, TileType, Value)
 from .context import LoweringContext
 
-__all__ = ["FAULT_WORDS", "WORD_SITE", "WORD_PROGRAM", "WORD_INDEX", "WORD_BOUND", "as_i64", "all_of",
-           "reduce_i64",
-           "WORD_AXES", "in_range", "report_unless", "all_true"]
+__all__ = ["FAULT_WORDS", "WORD_SITE", "WORD_PROGRAM", "WORD_INDEX", "WORD_BOUND",
+           "WORD_AXES", "as_i64", "in_range", "report_unless", "program_words", "axis_words",
+           "all_of", "negate"]
 
 FAULT_WORDS = 16
 WORD_SITE, WORD_PROGRAM, WORD_INDEX, WORD_BOUND, WORD_AXES = 0, 1, 4, 7, 10
@@ -40,8 +43,8 @@ _UNSIGNED = Signedness.UNSIGNED
 
 
 def as_i64(lw: LoweringContext, value: Value, signed: bool) -> Value:
-    bits = value.type.element.bits
-    if bits == 64:
+    """An integer tile widened to i64 (sign- or zero-extended)."""
+    if value.type.element.bits == 64:
         return value
     return lw.fn.exti(value, I64, signedness=Signedness.SIGNED if signed else _UNSIGNED)
 
@@ -52,35 +55,25 @@ def in_range(lw: LoweringContext, index: Value, signed: bool, bound: Value) -> V
     are compared in 64 bits, so no truncation can wrap an index into range."""
     fn = lw.fn
     bits = index.type.element.bits
-    shape = index.type.shape
     if bits == 64:
-        wide = fn.exti(bound, I64, signedness=_UNSIGNED)
-        limit = fn.broadcast(fn.reshape(wide, (1,) * len(shape)), shape) if shape else wide
-        return fn.cmpi(ComparisonPredicate.LT, index, limit, signedness=_UNSIGNED)
-    if bits < 32:
+        bound = fn.exti(bound, I64, signedness=_UNSIGNED)
+    elif bits < 32:
         index = fn.exti(index, I32, signedness=Signedness.SIGNED if signed else _UNSIGNED)
-    if not signed and bits == 32:
-        # an unsigned 32-bit index above i32's range is out of range of any i32 bound too
-        pass
-    limit = fn.broadcast(fn.reshape(bound, (1,) * len(shape)), shape) if shape else bound
-    return fn.cmpi(ComparisonPredicate.LT, index, limit, signedness=_UNSIGNED)
+    return fn.cmpi(ComparisonPredicate.LT, index, lw.splat(bound, index.type.shape),
+                   signedness=_UNSIGNED)
 
 
-def report_unless(lw: LoweringContext, site: int, ok: Value, axes) -> None:
-    """Emit: unless ``ok`` (a scalar i1), claim the fault record for ``site`` and write the
-    program id and, per axis, ``(bad, index, bound)``: whether that axis failed (scalar i1),
-    the offending index (scalar i64) and the bound (scalar i32). ``axes`` is that list, or a
-    function that emits it: then its ops run only when the check failed."""
+def report_unless(lw: LoweringContext, site: int, ok: Value,
+                  words: Callable[[], Sequence[tuple[int, Value]]]) -> None:
+    """Emit: unless ``ok`` (a scalar i1), claim the fault record for ``site`` (a
+    compare-and-swap of word 0) and, for the program that claims it, write ``words()``:
+    ``(word, i64 scalar)`` pairs, emitted inside the failure branch (so what they compute
+    costs nothing when the check passes)."""
     fn = lw.fn
     record: Optional[Value] = lw.fault_record
     if record is None:
         raise ValueError("a checked access in a kernel without a fault record")
     zero = fn.constant(0, TileType(I64))
-    ids = lw.fn.get_tile_block_id() if lw.block_ids is None else lw.block_ids
-
-    def store(word: int, value: Value) -> None:
-        fn.store_ptr_tko(fn.offset(record, fn.constant(word, TileType(I32))), value,
-                         ordering=MemoryOrdering.WEAK, scope=None)
 
     def claim() -> None:
         old, _ = fn.atomic_cas_tko(record, zero, fn.constant(site, TileType(I64)),
@@ -88,15 +81,8 @@ def report_unless(lw: LoweringContext, site: int, ok: Value, axes) -> None:
         first = fn.cmpi(ComparisonPredicate.EQ, old, zero, signedness=Signedness.SIGNED)
 
         def write() -> None:
-            for k, block_id in enumerate(ids):
-                store(WORD_PROGRAM + k, as_i64(lw, block_id, True))
-            mask = zero
-            for axis, (bad, index, bound) in enumerate(axes() if callable(axes) else axes):
-                store(WORD_INDEX + axis, index)
-                store(WORD_BOUND + axis, as_i64(lw, bound, True))
-                bit = fn.select(bad, fn.constant(1 << axis, TileType(I64)), zero)
-                mask = fn.ori(mask, bit)
-            store(WORD_AXES, mask)
+            for word, value in words():
+                fn.store_ptr_tko(fn.offset(record, fn.constant(word, TileType(I32))), value)
             fn.yield_()
 
         fn.if_(first, write)
@@ -105,45 +91,33 @@ def report_unless(lw: LoweringContext, site: int, ok: Value, axes) -> None:
     fn.if_(ok, fn.yield_, claim)
 
 
-def reduce_i64(lw: LoweringContext, tile: Value, largest: bool) -> Value:
-    """The maximum (``largest``) or minimum of an i64 tile, as a scalar (a scalar as is)."""
+def program_words(lw: LoweringContext) -> list[tuple[int, Value]]:
+    """The words naming this tile program: its block ids."""
+    ids = lw.fn.get_tile_block_id() if lw.block_ids is None else lw.block_ids
+    return [(WORD_PROGRAM + k, as_i64(lw, b, True)) for k, b in enumerate(ids)]
+
+
+def axis_words(lw: LoweringContext,
+               axes: Sequence[tuple[Value, Value, Value]]) -> list[tuple[int, Value]]:
+    """The words naming a failed index: per axis ``(bad, index, bound)`` (whether it failed,
+    scalar i1; the index, scalar i64; the bound, scalar i32), and the mask of failed axes."""
     fn = lw.fn
-    if not tile.type.shape:
-        return tile
-    size = 1
-    for d in tile.type.shape:
-        size *= d
-    flat = fn.reshape(tile, (size,)) if len(tile.type.shape) != 1 else tile
-    identity = IntegerAttr(-(1 << 63) if largest else (1 << 63) - 1, I64)
-
-    def body(e: Value, acc: Value) -> None:
-        pick = fn.maxi if largest else fn.mini
-        fn.yield_([pick(e, acc, signedness=Signedness.SIGNED)])
-
-    (result,) = fn.reduce([flat], 0, [identity], body)
-    return result
-
-
-def all_true(lw: LoweringContext, flags: Value) -> Value:
-    """Whether every element of an i1 tile is true, as a scalar i1 (one reduction)."""
-    fn = lw.fn
-    if not flags.type.shape:
-        return flags
-    shape = flags.type.shape
-    zeros = fn.constant(0, TileType(I64, shape))
-    ones = fn.constant(1, TileType(I64, shape))
-    worst = reduce_i64(lw, fn.select(flags, zeros, ones), True)
-    return fn.cmpi(ComparisonPredicate.EQ, worst, fn.constant(0, TileType(I64)),
-                   signedness=Signedness.SIGNED)
+    zero = fn.constant(0, TileType(I64))
+    out, mask = [], zero
+    for axis, (bad, index, bound) in enumerate(axes):
+        out += [(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True))]
+        mask = fn.ori(mask, fn.select(bad, fn.constant(1 << axis, TileType(I64)), zero))
+    return out + [(WORD_AXES, mask)]
 
 
 def all_of(lw: LoweringContext, flags: Sequence[Value]) -> Value:
-    """The conjunction of scalar i1 values."""
+    """The conjunction of i1 values of one shape."""
     out = flags[0]
     for flag in flags[1:]:
         out = lw.fn.andi(out, flag)
     return out
 
 
-def true(lw: LoweringContext) -> Value:
-    return lw.fn.constant(True, TileType(I1))
+def negate(lw: LoweringContext, flags: Value) -> Value:
+    """The logical not of an i1 tile."""
+    return lw.fn.xori(flags, lw.fn.constant(True, TileType(I1, tuple(flags.type.shape))))

@@ -264,6 +264,22 @@ class LoweringContext:
     def i32(self, value: int) -> Value:
         return self.fn.constant(int(value), TileType(I32))
 
+    def dim(self, tensor: "TensorArg", axis: int) -> Value:
+        """A tensor parameter's extent along ``axis`` as an i32 value (static ones constant)."""
+        dim = tensor.dims[axis]
+        return self.i32(dim) if isinstance(dim, int) else dim
+
+    def splat(self, value: Value, shape: Sequence[int]) -> Value:
+        """``value`` (a scalar, or a tile whose extents are 1 or ``shape``'s) broadcast to
+        ``shape`` by numpy's rules; as is when it has that shape."""
+        shape = tuple(shape)
+        if tuple(value.type.shape) == shape:
+            return value
+        if len(value.type.shape) != len(shape):
+            value = self.fn.reshape(value, (1,) * (len(shape) - len(value.type.shape))
+                                    + tuple(value.type.shape))
+        return self.fn.broadcast(value, shape)
+
     def like(self, value: Any, dtype: DType, ref: Value) -> Value:
         """A splat constant of ``dtype`` with the shape of ``ref``."""
         return self.constant(value, dtype, ref.type.shape)

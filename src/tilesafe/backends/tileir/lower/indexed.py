@@ -18,33 +18,37 @@ from typing import Optional, Sequence
 from .... import dtypes as dt
 from ....compiler.ir import Operation
 from ....dtypes import DType
-from ..bytecode import (I1, I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope,
-                        Signedness, TileType, Value)
+from ..bytecode import (I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope, Signedness,
+                        TileType, Value)
 from .arith import convert
-from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE, as_i64,
-                     in_range)
+from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_SITE, all_of, as_i64, in_range,
+                     negate, program_words)
 from .context import LoweringContext, TensorArg, lowers, memory_type
 
-def _splat(lw: LoweringContext, value: Value, shape: Sequence[int]) -> Value:
-    """``value`` (a scalar, or a tile of ``shape``'s rank with extents 1 or equal) broadcast to
-    ``shape``."""
-    shape = tuple(shape)
-    if tuple(value.type.shape) == shape:
-        return value
-    if not value.type.shape:
-        value = lw.fn.reshape(value, (1,) * len(shape)) if shape else value
-    return lw.fn.broadcast(value, shape) if shape else value
+__all__ = ["element_offsets", "report_lanes"]
 
 
-def _i32(lw: LoweringContext, value) -> Value:
-    return lw.i32(value) if isinstance(value, int) else value
+def element_offsets(lw: LoweringContext, tensor: TensorArg, indices: Sequence[Value],
+                    shape: Sequence[int]) -> Value:
+    """``sum(index_d * stride_d)`` as an i64 tile of ``shape``: each index (an i64 tile that
+    broadcasts to ``shape``) is scaled at its own extents, then broadcast."""
+    fn = lw.fn
+    total = None
+    for index, stride in zip(indices, tensor.strides):
+        if not (isinstance(stride, int) and stride == 1):
+            scale = (fn.constant(int(stride), TileType(I64)) if isinstance(stride, int) else
+                     fn.exti(stride, I64, signedness=Signedness.SIGNED))
+            index = fn.muli(index, lw.splat(scale, index.type.shape))
+        term = lw.splat(index, shape)
+        total = term if total is None else fn.addi(total, term)
+    return total
 
 
 @lowers("gather")
 def lower_gather(lw: LoweringContext, op: Operation) -> None:
     """Each index keeps its own extents (it broadcasts to the result): it is checked and
     scaled by its stride at those extents, then broadcast, so an ``(n, 1)`` row index costs
-    ``n`` compares, not ``n * d``. The failure report's reductions run only on failure."""
+    ``n`` compares, not ``n * d``."""
     fn = lw.fn
     x, *indices = lw.operands(op)
     tensor: TensorArg = x
@@ -52,27 +56,14 @@ def lower_gather(lw: LoweringContext, op: Operation) -> None:
     dtype: DType = tensor.dtype
     shape = tuple(op.result.type.shape)
     wide = [as_i64(lw, i, d.is_signed) for i, d in zip(indices, index_dtypes)]
-    dims = [_i32(lw, d) for d in tensor.dims]
+    dims = [lw.dim(tensor, axis) for axis in range(len(indices))]
     flags = [in_range(lw, i, d.is_signed, n) for i, d, n in zip(indices, index_dtypes, dims)]
-    mask = None
-    for flag in flags:
-        full = _splat(lw, flag, shape)
-        mask = full if mask is None else fn.andi(mask, full)
-    offset = None
-    for i, stride in zip(wide, tensor.strides):
-        if isinstance(stride, int) and stride == 1:
-            term = i
-        else:
-            s = fn.constant(int(stride), TileType(I64)) if isinstance(stride, int) else \
-                fn.exti(stride, I64, signedness=Signedness.SIGNED)
-            term = fn.muli(i, _splat(lw, s, i.type.shape))
-        term = _splat(lw, term, shape)
-        offset = term if offset is None else fn.addi(offset, term)
-    base = _splat(lw, tensor.ptr, shape)
-    pointers = fn.offset(base, offset) if offset is not None else base
-    fill = op.attrs.get("padding_value", 0)
+    mask = all_of(lw, [lw.splat(f, shape) for f in flags]) if flags else None
+    base = lw.splat(tensor.ptr, shape)
+    pointers = fn.offset(base, element_offsets(lw, tensor, wide, shape)) if wide else base
     padding = None
     if mask is not None:
+        fill = op.attrs.get("padding_value", 0)
         padding = (fn.constant(int(bool(fill)), TileType(memory_type(dtype), shape))
                    if dtype.is_bool else lw.constant(fill, dtype, shape))
     tile, _ = fn.load_ptr_tko(pointers, mask=mask, padding=padding, token=lw.gate)
@@ -96,26 +87,25 @@ def report_lanes(lw: LoweringContext, site: int, flags: Sequence[Value], wide: S
     offending index (the interpreter names the largest per axis)."""
     fn = lw.fn
     record = lw.fault_record
-    ids = lw.block_ids if lw.block_ids is not None else fn.get_tile_block_id()
+    program = program_words(lw)
     for axis, (flag, index, bound) in enumerate(zip(flags, wide, dims)):
-        shape = tuple(flag.type.shape)
-        bad = fn.xori(flag, _splat(lw, fn.constant(True, TileType(I1)), shape))
+        bad = negate(lw, flag)
         if live is not None:
-            shape = tuple(live.type.shape)
-            bad = fn.andi(_splat(lw, bad, shape), live)
-            index = _splat(lw, index, shape)
+            bad = fn.andi(lw.splat(bad, live.type.shape), live)
+            index = lw.splat(index, live.type.shape)
+        shape = tuple(bad.type.shape)
         zeros = fn.constant(0, TileType(I64, shape))
 
         def at(word: int) -> Value:
-            return _splat(lw, fn.offset(record, fn.constant(word, TileType(I32))), shape)
+            return lw.splat(fn.offset(record, fn.constant(word, TileType(I32))), shape)
 
         old, _ = fn.atomic_cas_tko(at(WORD_SITE), zeros,
                                    fn.constant(site, TileType(I64, shape)), mask=bad,
                                    ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE)
         won = fn.andi(bad, fn.cmpi(ComparisonPredicate.EQ, old, zeros,
                                    signedness=Signedness.SIGNED))
-        words = [(WORD_PROGRAM + k, as_i64(lw, b, True)) for k, b in enumerate(ids)]
-        words += [(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True)),
-                  (WORD_AXES, fn.constant(1 << axis, TileType(I64)))]
+        words = program + [(WORD_INDEX + axis, index),
+                           (WORD_BOUND + axis, as_i64(lw, bound, True)),
+                           (WORD_AXES, fn.constant(1 << axis, TileType(I64)))]
         for word, value in words:
-            fn.store_ptr_tko(at(word), _splat(lw, value, shape), mask=won)
+            fn.store_ptr_tko(at(word), lw.splat(value, shape), mask=won)

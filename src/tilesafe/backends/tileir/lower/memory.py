@@ -31,7 +31,7 @@ from ....compiler.types import MappedPartitionType
 from ....dtypes import DType
 from ..bytecode import I1, I32, I64, RoundingMode, Signedness, TileType, Value
 from .arith import convert
-from .checks import as_i64, all_of, in_range, report_unless
+from .checks import all_of, as_i64, axis_words, in_range, negate, program_words, report_unless
 from .context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
                       signedness)
 
@@ -112,15 +112,10 @@ def lower_num_tile_blocks(lw: LoweringContext, op: Operation) -> None:
     lw.set_result(op, lw.num_blocks[op.attrs["axis"]])
 
 
-def _dim(lw: LoweringContext, tensor: TensorArg, axis: int) -> Value:
-    dim = tensor.dims[axis]
-    return lw.i32(dim) if isinstance(dim, int) else dim
-
-
 @lowers("tensor_dim")
 def lower_tensor_dim(lw: LoweringContext, op: Operation) -> None:
     (x,) = lw.operands(op)
-    lw.set_result(op, _dim(lw, x, op.attrs["axis"]))
+    lw.set_result(op, lw.dim(x, op.attrs["axis"]))
 
 
 def tile_count(lw: LoweringContext, tensor: TensorArg, axis: int, tile: int) -> Value:
@@ -202,19 +197,16 @@ def lower_partition_load(lw: LoweringContext, op: Operation) -> None:
         flags = [in_range(lw, v, d.is_signed, b) for v, d, b in zip(index, dtypes, bounds)]
         inside = all_of(lw, flags)
         if site is not None:
-            report_unless(lw, site, inside, [
-                (lw.fn.xori(flag, lw.fn.constant(True, TileType(I1))),
-                 as_i64(lw, v, d.is_signed), b)
-                for flag, v, d, b in zip(flags, index, dtypes, bounds)])
+            report_unless(lw, site, inside, lambda: program_words(lw) + axis_words(lw, [
+                (negate(lw, flag), as_i64(lw, v, d.is_signed), b)
+                for flag, v, d, b in zip(flags, index, dtypes, bounds)]))
     tile = load_view(lw, p.view, indices, p.tensor.dtype, ordered=lw.needs_token(op),
                      hints=access_hints(op))
     if fill is not None:
         dtype = p.tensor.dtype
         padded = (lw.fn.constant(bool(fill), TileType(I1, tuple(p.tile_shape))) if dtype.is_bool
                   else lw.constant(fill, dtype, tuple(p.tile_shape)))
-        cond = lw.fn.broadcast(lw.fn.reshape(inside, (1,) * len(p.tile_shape)),
-                               tuple(p.tile_shape))
-        tile = lw.fn.select(cond, tile, padded)
+        tile = lw.fn.select(lw.splat(inside, p.tile_shape), tile, padded)
     lw.set_result(op, tile)
 
 

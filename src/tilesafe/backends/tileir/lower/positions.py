@@ -22,24 +22,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..bytecode import (I1, I32, I64, ComparisonPredicate, IntegerAttr, MemoryOrdering,
-                        MemoryScope, Signedness, TileType, Value)
-from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, as_i64)
+from ..bytecode import I32, I64, ComparisonPredicate, IntegerAttr, Signedness, TileType, Value
+from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, as_i64, negate,
+                     report_unless)
 from .context import LoweringContext, TensorArg
+from .memory import tile_count
 
 __all__ = ["own_positions", "CHUNK"]
 
 CHUNK = 64
 _NONE = (1 << 31) - 1  # "no failing row"
 _SIGNED = Signedness.SIGNED
-
-
-def _splat(lw: LoweringContext, scalar: Value, shape: Sequence[int]) -> Value:
-    return lw.fn.broadcast(lw.fn.reshape(scalar, (1,) * len(shape)), tuple(shape))
-
-
-def _i32(lw: LoweringContext, value) -> Value:
-    return lw.i32(value) if isinstance(value, int) else value
 
 
 def _min_i32(lw: LoweringContext, tile: Value) -> Value:
@@ -57,11 +50,6 @@ def _min_i32(lw: LoweringContext, tile: Value) -> Value:
     return result
 
 
-def _tile_counts(z: TensorArg, tile_shape: Sequence[int], lw: LoweringContext) -> list[Value]:
-    from .memory import tile_count  # (memory imports this module's siblings, not this one)
-    return [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
-
-
 def _row_addresses(lw: LoweringContext, z: TensorArg, rows: Value, axis: int) -> Value:
     """Pointers to ``positions[rows, axis]`` (``rows``: an i32 tile or scalar)."""
     fn, pos = lw.fn, z.positions
@@ -69,11 +57,9 @@ def _row_addresses(lw: LoweringContext, z: TensorArg, rows: Value, axis: int) ->
     wide = fn.exti(rows, I64, signedness=_SIGNED)
     s0 = fn.exti(pos.stride0, I64, signedness=_SIGNED)
     s1 = fn.exti(pos.stride1, I64, signedness=_SIGNED)
-    offset = fn.addi(fn.muli(wide, _splat(lw, s0, shape) if shape else s0),
-                     _splat(lw, fn.muli(s1, fn.constant(axis, TileType(I64))), shape)
-                     if shape else fn.muli(s1, fn.constant(axis, TileType(I64))))
-    base = _splat(lw, pos.ptr, shape) if shape else pos.ptr
-    return fn.offset(base, offset)
+    offset = fn.addi(fn.muli(wide, lw.splat(s0, shape)),
+                     lw.splat(fn.muli(s1, fn.constant(axis, TileType(I64))), shape))
+    return fn.offset(lw.splat(pos.ptr, shape), offset)
 
 
 def _chunk(lw: LoweringContext, z: TensorArg, start: Value, rank: int,
@@ -81,10 +67,9 @@ def _chunk(lw: LoweringContext, z: TensorArg, start: Value, rank: int,
     """Rows ``start .. start + CHUNK``: (row numbers, live (row < n), coordinates as i64,
     inside the grid) as (CHUNK,) tiles."""
     fn, pos = lw.fn, z.positions
-    rows = fn.addi(_splat(lw, start, (CHUNK,)), fn.iota(CHUNK, I32))
-    live = fn.cmpi(ComparisonPredicate.LT, rows, _splat(lw, pos.count, (CHUNK,)),
+    rows = fn.addi(lw.splat(start, (CHUNK,)), fn.iota(CHUNK, I32))
+    live = fn.cmpi(ComparisonPredicate.LT, rows, lw.splat(pos.count, (CHUNK,)),
                    signedness=_SIGNED)
-    element = rows  # (type for padding below)
     coords, inside = [], live
     for axis in range(rank):
         pointers = _row_addresses(lw, z, rows, axis)
@@ -92,10 +77,9 @@ def _chunk(lw: LoweringContext, z: TensorArg, start: Value, rank: int,
         value, _ = fn.load_ptr_tko(pointers, mask=live, padding=padding, token=lw.gate)
         wide = as_i64(lw, value, pos.dtype.is_signed)
         coords.append(wide)
-        limit = _splat(lw, fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED), (CHUNK,))
+        limit = lw.splat(fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED), (CHUNK,))
         inside = fn.andi(inside, fn.cmpi(ComparisonPredicate.LT, wide, limit,
                                          signedness=Signedness.UNSIGNED))
-    del element
     return rows, live, coords, inside
 
 
@@ -104,7 +88,7 @@ def _linear(lw: LoweringContext, coords: list[Value], grid: list[Value]) -> Valu
     fn = lw.fn
     key = coords[0]
     for axis in range(1, len(coords)):
-        extent = _splat(lw, fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED),
+        extent = lw.splat(fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED),
                         coords[axis].type.shape)
         key = fn.addi(fn.muli(key, extent), coords[axis])
     return key
@@ -115,7 +99,7 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
     """Validate ``z``'s positions, report a failure, and set ``z.own_index``."""
     fn, pos = lw.fn, z.positions
     rank = len(tile_shape)
-    grid = _tile_counts(z, tile_shape, lw)
+    grid = [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
     zero = fn.constant(0, TileType(I32))
     step = fn.constant(CHUNK, TileType(I32))
     none = fn.constant(_NONE, TileType(I32))
@@ -123,8 +107,8 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
 
     def outer(start: Value, outside_row: Value, repeat_row: Value) -> None:
         rows_a, live_a, coords_a, inside_a = _chunk(lw, z, start, rank, grid)
-        bad = fn.andi(live_a, fn.xori(inside_a, fn.constant(True, TileType(I1, (CHUNK,)))))
-        first_outside = _min_i32(lw, fn.select(bad, rows_a, _splat(lw, none, (CHUNK,))))
+        bad = fn.andi(live_a, negate(lw, inside_a))
+        first_outside = _min_i32(lw, fn.select(bad, rows_a, lw.splat(none, (CHUNK,))))
         key_a = _linear(lw, coords_a, grid)
         square = (CHUNK, CHUNK)
 
@@ -142,7 +126,7 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
                             signedness=_SIGNED)
             both = fn.andi(column(live_a), row(live_b))
             clash = fn.andi(fn.andi(same, later), both)
-            found = _min_i32(lw, fn.select(clash, row(rows_b), _splat(lw, none, square)))
+            found = _min_i32(lw, fn.select(clash, row(rows_b), lw.splat(none, square)))
             fn.continue_([fn.mini(repeat, found, signedness=_SIGNED)])
 
         (repeat_row,) = fn.for_(start, count, step, [repeat_row], inner)
@@ -165,30 +149,17 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
 
 def _report(lw: LoweringContext, z: TensorArg, site: int, failed: Value, row: Value,
             outside: Value, rank: int, grid: list[Value]) -> None:
-    """Unless the positions passed, claim the fault record and write the failing row."""
+    """Unless the positions passed, claim the fault record and write the failing row: its
+    number (word 1), its coordinates, the tile grid and the kind (1: outside, 2: a repeat)."""
     fn = lw.fn
-    record = lw.fault_record
-    zero = fn.constant(0, TileType(I64))
 
-    def store(word: int, value: Value) -> None:
-        fn.store_ptr_tko(fn.offset(record, fn.constant(word, TileType(I32))), value)
+    def words() -> list[tuple[int, Value]]:
+        out = [(WORD_PROGRAM, fn.exti(row, I64, signedness=_SIGNED))]
+        for axis in range(rank):
+            value, _ = fn.load_ptr_tko(_row_addresses(lw, z, row, axis), token=lw.gate)
+            out += [(WORD_INDEX + axis, as_i64(lw, value, z.positions.dtype.is_signed)),
+                    (WORD_BOUND + axis, fn.exti(grid[axis], I64, signedness=_SIGNED))]
+        kind = fn.select(outside, fn.constant(1, TileType(I64)), fn.constant(2, TileType(I64)))
+        return out + [(WORD_AXES, kind)]
 
-    def claim() -> None:
-        old, _ = fn.atomic_cas_tko(record, zero, fn.constant(site, TileType(I64)),
-                                   ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE)
-        first = fn.cmpi(ComparisonPredicate.EQ, old, zero, signedness=_SIGNED)
-
-        def write() -> None:
-            store(WORD_PROGRAM, fn.exti(row, I64, signedness=_SIGNED))
-            for axis in range(rank):
-                value, _ = fn.load_ptr_tko(_row_addresses(lw, z, row, axis), token=lw.gate)
-                store(WORD_INDEX + axis, as_i64(lw, value, z.positions.dtype.is_signed))
-                store(WORD_BOUND + axis, fn.exti(grid[axis], I64, signedness=_SIGNED))
-            kind = fn.select(outside, fn.constant(1, TileType(I64)), fn.constant(2, TileType(I64)))
-            store(WORD_AXES, kind)
-            fn.yield_()
-
-        fn.if_(first, write)
-        fn.yield_()
-
-    fn.if_(failed, claim)
+    report_unless(lw, site, negate(lw, failed), words)
