@@ -411,3 +411,23 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
     third = records.new()
     assert third._memory is memory and not memory.words.any() and len(made) == 2
     assert second.take() is None and third.take() is None
+
+
+def test_a_report_read_by_two_threads_at_once_is_raised_once():
+    import threading
+    x = on(np.zeros(10, np.float32))
+    for _ in range(50):
+        record = _record(pick_tile, ts.zeros((4,), ts.float32).partition((4,)), x, 3)
+        words = record._memory.words
+        words[WORD_SITE], words[WORD_INDEX], words[WORD_BOUND], words[WORD_AXES] = 1, 3, 3, 1
+        got, start = [], threading.Barrier(4)
+
+        def read():
+            start.wait()
+            got.append(record.take())
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sum(error is not None for error in got) == 1

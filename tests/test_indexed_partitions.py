@@ -174,3 +174,85 @@ def test_a_fault_record_of_repeated_positions_reads_like_the_interpreters_error(
     assert isinstance(error, PositionsError)
     assert ("kernel 'write_rows', the indexed partition 'cache': positions[2] = (7, 0) names "
             "the same tile as another row") in str(error)
+
+
+# =============================================================================================
+# attacks through the paths a real program takes
+
+
+@ts.kernel
+def bump_rows(cache: tc.MutTensor[tc.i32, (4,)]):
+    cache.store(cache.load() + 1)
+
+
+def test_positions_imported_twice_from_the_written_buffer_are_refused():
+    buffer = np.zeros(16, np.int32)
+    cache = ts.from_dlpack(buffer)  # the tensor written...
+    positions = ts.from_dlpack(buffer[8:10])  # ...and the positions: one numpy buffer
+    with pytest.raises(AliasingError, match="overlap in memory"):
+        bump_rows(ts.borrow_mut(cache).partition(4, at=positions))
+    assert buffer.tolist() == [0] * 16  # nothing ran
+
+
+def test_a_launch_refused_after_a_move_hands_the_partition_back_with_nothing_written():
+    cache = ts.full((16,), 7, ts.int32).sync()
+    partition = cache.partition(4, at=on(np.array([1, 1], np.int32)))  # moves cache
+    with pytest.raises(PositionsError) as info:
+        bump_rows(partition).sync()
+    back = info.value.arguments[0]
+    assert back is partition
+    assert back.unpartition().numpy().tolist() == [7] * 16
+
+
+def test_a_shared_result_cannot_be_scattered_into_but_can_give_positions():
+    cache = ts.zeros((16,), ts.int32).sync()
+    ts.value(cache).shared().sync()  # read-only from now on
+    with pytest.raises(BorrowError, match="read-only result of .shared()"):
+        ts.borrow_mut(cache).partition(4, at=on(np.array([0], np.int32)))
+    positions = on(np.array([2, 0], np.int32))
+    ts.value(positions).shared().sync()  # a read-only input is fine as positions
+    target = ts.zeros((16,), ts.int32).sync()
+    bump_rows(ts.borrow_mut(target).partition(4, at=positions)).sync()
+    assert target.numpy().tolist() == [1] * 4 + [0] * 4 + [1] * 4 + [0] * 4
+
+
+def test_threads_scattering_into_one_cache_on_one_stream_lose_no_update():
+    import threading
+    cache = ts.zeros((8 * 4,), ts.int32).sync()
+    stream = ts.Stream("cpu")
+    rounds, errors = 20, []
+
+    def work(i):
+        positions = on(np.array([i], np.int32))  # each thread its own row
+        try:
+            for _ in range(rounds):
+                bump_rows(ts.borrow_mut(cache).partition(4, at=positions)).sync_on(stream)
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors[0]
+    assert cache.numpy().tolist() == [rounds] * 32
+
+
+def test_an_awaited_launch_with_repeated_positions_raises_in_the_coroutine():
+    import asyncio
+    cache = ts.zeros((16,), ts.int32).sync()
+
+    async def main():
+        with pytest.raises(PositionsError, match="names the same tile"):
+            await bump_rows(ts.borrow_mut(cache).partition(4, at=on(np.array([3, 3],
+                                                                             np.int32))))
+        return cache.numpy()
+    assert asyncio.run(main()).tolist() == [0] * 16
+
+
+def test_a_lazy_tensor_is_partitioned_by_positions_once_it_runs():
+    positions = on(np.array([3, 0], np.int32))
+    described = bump_rows.ir(ts.zeros((16,), ts.int32).partition(4, at=positions))  # not run
+    assert "at positions<i32>" in str(described.params[0].value.type)
+    result = bump_rows(ts.zeros((16,), ts.int32).partition(4, at=positions)).sync()
+    assert result.cache.unpartition().numpy().tolist() == [1] * 4 + [0] * 8 + [1] * 4

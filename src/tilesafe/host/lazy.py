@@ -56,21 +56,25 @@ class TensorOp(_Described):
     def ndim(self) -> int:
         return len(self.shape)
 
-    def partition(self, tile_shape: "int | Sequence[int]") -> "PartitionOp":
-        """Partition the tensor this op makes (see ``Tensor.partition``), lazily."""
+    def partition(self, tile_shape: "int | Sequence[int]", *,
+                  at: Any = None) -> "PartitionOp":
+        """Partition the tensor this op makes (see ``Tensor.partition``; ``at``: the positions
+        of an indexed partition), lazily."""
         tile = (tile_shape,) if isinstance(tile_shape, int) else tuple(tile_shape)
-        return PartitionOp(self, tile)  # checked by Tensor.partition when the op runs
+        return PartitionOp(self, tile, at)  # checked by Tensor.partition when the op runs
 
 
 class PartitionOp(_Described):
-    """The partition of a :class:`TensorOp`'s tensor into ``tile_shape`` tiles."""
+    """The partition of a :class:`TensorOp`'s tensor into ``tile_shape`` tiles (indexed by
+    ``positions`` when given)."""
 
-    __slots__ = ("source", "tile_shape")
+    __slots__ = ("source", "tile_shape", "positions")
 
-    def __init__(self, source: TensorOp, tile_shape: tuple):
-        super().__init__(lambda stream: source._execute(stream).partition(tile_shape),
+    def __init__(self, source: TensorOp, tile_shape: tuple, positions: Any = None):
+        super().__init__(lambda stream: source._execute(stream).partition(tile_shape,
+                                                                          at=positions),
                          f"{source.label}.partition({tile_shape})", source.device)
-        self.source, self.tile_shape = source, tile_shape
+        self.source, self.tile_shape, self.positions = source, tile_shape, positions
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -82,5 +86,8 @@ class PartitionOp(_Described):
 
     @property
     def grid(self) -> tuple[int, ...]:
-        """Tiles per axis, as the partition will have."""
+        """The launch grid the partition will have: its tiles per axis, or one program per
+        position."""
+        if self.positions is not None:
+            return (self.positions.shape[0],)
         return tile_grid(self.shape, self.tile_shape)

@@ -131,7 +131,8 @@ def _described_info(param: Param, value: Any, kernel_name: str, where: Location)
     """What a DeviceOp argument will be, from what it says before it runs (a constructor or a
     copy, and their partitions: ``host.lazy``)."""
     if isinstance(value, PartitionOp):
-        return ArgInfo("partition", value.dtype, value.shape, value.tile_shape)
+        positions = getattr(value.positions, "dtype", None)
+        return ArgInfo("partition", value.dtype, value.shape, value.tile_shape, positions)
     if isinstance(value, TensorOp):
         return ArgInfo("tensor", value.dtype, value.shape)
     raise ArgumentError(f"argument '{param.name}' of '{kernel_name}' is {value.label}, a "
