@@ -1,7 +1,8 @@
 """Command line of the benchmark suite.
 
     python -m benchmarks all --out benchmarks/results/h100-2026-11-22
-    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention [--quick]
+    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention kernels
+                         [--quick]
                          [--device cuda:0] [--out DIR]
     python -m benchmarks summary DIR      (the Markdown headline tables of a results DIR)
 """
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from . import _harness as h
 
-BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention")
+BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention",
+              "kernels")
 
 
 def main(argv=None) -> int:
@@ -64,6 +66,9 @@ def main(argv=None) -> int:
             elif name == "attention":
                 from . import attention
                 attention.run(out, args.device, args.quick)
+            elif name == "kernels":
+                from . import kernels
+                kernels.run(out, args.device, args.quick)
             else:
                 from . import execution_modes
                 execution_modes.run(out, args.device, args.quick)

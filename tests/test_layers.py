@@ -10,7 +10,8 @@ The layers, bottom up (ARCHITECTURE.md draws them):
 * ``deviceops`` (DeviceOps, their driving and graphs)
 * ``host`` (tensors, partitions, constructors, copies, interop)
 * ``launch`` (launch checks, launch ops and graph nodes)
-* ``pipeline``, then ``kernel``, then the public surface (``__init__``, ``core``, ``cli``, ...)
+* ``pipeline``, then ``kernel``, then ``autotune`` (choosing launch configs), then ``kernels``
+  (the safe kernel library), then the public surface (``__init__``, ``core``, ``cli``, ...)
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ ALLOWED = {
     "pipeline": {"base", "compiler", "backends", "pipeline"},
     "kernel": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
                "pipeline", "kernel"},
+    "autotune": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
+                 "pipeline", "kernel", "autotune"},
+    "kernels": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
+                "pipeline", "kernel", "autotune", "kernels"},
     "top": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch", "pipeline",
-            "kernel", "top"},
+            "kernel", "autotune", "kernels", "top"},
 }
 EXCEPTIONS: set[tuple[str, str]] = set()  # (importer, imported) allowed to go up: none
 

@@ -1,0 +1,70 @@
+"""The output tensors of the library's functions: validated when the caller gives one
+(``out=``), else allocated (by tilesafe, or by torch when the call came with torch tensors), and
+partitioned for the launch so that the launch writes it in place.
+
+May import the host layer and ``errors``."""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Callable, Optional, Sequence
+
+from .._callsite import caller_location
+from ..deviceops.deviceop import DeviceOp
+from ..dtypes import DType
+from ..errors import ArgumentError
+from ..host.partition import Partition
+from ..host.tensor import Tensor, borrow_mut
+
+#: set while a call made with torch tensors runs: allocates an output as a torch tensor and
+#: returns the tilesafe tensor over its memory (``torch_ops``)
+ALLOCATOR: contextvars.ContextVar[Optional[Callable[[tuple, DType, Any], Tensor]]] = \
+    contextvars.ContextVar("tilesafe_kernels_allocator", default=None)
+
+
+class Output:
+    """One output of a library call: the caller's ``out=`` tensor, checked against the
+    ``shape``/``dtype``/``device`` the call produces, or a new tensor of them."""
+
+    def __init__(self, out: Any, shape: Sequence[int], dtype: DType, device: Any, *,
+                 name: str = "out", op: str = "kernel"):
+        self.shape, self.dtype, self.device = tuple(int(s) for s in shape), dtype, device
+        if out is None:
+            allocate = ALLOCATOR.get()
+            self.given = False
+            self.value = allocate(self.shape, dtype, device) if allocate is not None else \
+                _empty(self.shape, dtype, device)
+        else:
+            self.given = True
+            _check_given(out, self.shape, dtype, device, name, op)
+            self.value = out
+
+    def partition(self, tile: Sequence[int], *, at: Any = None) -> Partition:
+        """The partition a launch writes: in place (a borrow) for a tensor, a move for a lazy
+        constructor's result."""
+        if isinstance(self.value, Tensor):
+            return borrow_mut(self.value).partition(tuple(tile), at=at)
+        if at is not None:
+            return self.value.partition(tuple(tile), at=at)
+        return self.value.partition(tuple(tile))
+
+
+def _empty(shape: tuple, dtype: DType, device: Any) -> DeviceOp:
+    from ..host.factory import empty
+    return empty(shape, dtype=dtype, device=device)
+
+
+def _check_given(out: Any, shape: tuple, dtype: DType, device: Any, name: str, op: str) -> None:
+    if not isinstance(out, Tensor):
+        raise ArgumentError(f"{op}: {name}= must be a tilesafe tensor, got "
+                            f"{type(out).__name__}", caller_location(),
+                            hint=f"pass a tensor of shape {shape} and dtype {dtype.name}, "
+                            "or leave it out to allocate one")
+    if tuple(out.shape) != shape or out.dtype != dtype:
+        raise ArgumentError(f"{op}: {name}= has shape {tuple(out.shape)} and dtype "
+                            f"{out.dtype.name}; this call writes shape {shape}, dtype "
+                            f"{dtype.name}", caller_location(),
+                            hint=f"allocate {name} with that shape and dtype, or leave it out")
+    if str(out.device) != str(device):
+        raise ArgumentError(f"{op}: {name}= is on {out.device}, the inputs on {device}",
+                            caller_location(), hint=f"allocate {name} on {device}")
