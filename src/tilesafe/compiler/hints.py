@@ -44,6 +44,7 @@ TENSOR_DIM_FACTOR = "tensor_dim_factor"
 #: dependent) or not.
 PROGRAMMATIC_LAUNCH = "programmatic_launch"
 KERNEL_WIDE = (TENSOR_DIM_FACTOR, PROGRAMMATIC_LAUNCH)
+_EXAMPLE = {TENSOR_DIM_FACTOR: 16, PROGRAMMATIC_LAUNCH: False}
 MAX_DIM_FACTOR = 1 << 30  # extents are i32
 _FACTOR_FIX = ("e.g. 'tensor_dim_factor': 16 (every dynamic extent of the tensor parameters "
                "is a multiple of 16), or {'x': 16} for parameter 'x' only")
@@ -98,8 +99,8 @@ def _checked(hints: Optional[dict], params: Optional[Sequence[Param]]) -> dict:
                 raise SignatureError(f"'{name}' is not a per-architecture hint "
                                      f"(found under {arch!r})",
                                      hint=f"give it at the top level, e.g. hints={{"
-                                     f"'{name}': ..., '{arch}': {{...}}}}: it applies to the "
-                                     "kernel on every architecture")
+                                     f"'{name}': {_EXAMPLE[name]}, '{arch}': {{...}}}}: it "
+                                     "applies to the kernel on every architecture")
             if name not in KNOWN_HINTS:
                 raise SignatureError(f"unknown kernel hint {name!r} for {arch}",
                                      hint="known hints: " + ", ".join(KNOWN_HINTS)
