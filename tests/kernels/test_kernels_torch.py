@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 
 @ts.kernel
-def _scaled(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, -1)], s: float):
+def _scaled(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, -1)], s: float):  # noqa: F821
     z.store(tc.load_tile_like(x, z) * s)
 
 
