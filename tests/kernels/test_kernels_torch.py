@@ -27,7 +27,7 @@ def scaled(x, *, scale: float = 2.0, out=None):
     result = Output(out, x.shape, ts.float32, x.device, op="scaled")
     rows, n = x.shape
     tile = 1 << (n - 1).bit_length()
-    return _scaled(result.partition((1, tile)), x, scale).map(lambda r: result.tensor(r.z))
+    return _scaled(result.partition((1, tile)), x, scale).then(lambda r: result.tensor(r.z))
 
 
 def test_torch_in_torch_out_without_copies():

@@ -114,7 +114,8 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         return mine
 
     stream = _stream_of(device)
-    if stream is not None:
+    capturing = stream is not None and torch.cuda.is_current_stream_capturing()
+    if stream is not None and not capturing:  # (an event query would end torch's capture)
         stream.release_completed()
     token = ALLOCATOR.set(allocate)
     try:
@@ -125,7 +126,7 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         result = op._drive(next_stream("cpu"), where)
     else:
         result = op._enqueue(stream, where)
-        if torch.cuda.is_current_stream_capturing():
+        if capturing:
             # recorded into torch's graph, nothing ran (module docstring); a fault record its
             # replays may write is never handed to another launch
             _RECORDED_FAULT_RECORDS.extend(stream.release_recorded(keep=_is_fault_record))
