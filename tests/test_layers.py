@@ -12,7 +12,8 @@ The layers, bottom up (ARCHITECTURE.md draws them):
 * ``host`` (tensors, partitions, constructors, copies, interop)
 * ``launch`` (launch checks, launch ops and graph nodes)
 * ``pipeline``, then ``kernel``, then ``autotune`` (choosing launch configs), then ``kernels``
-  (the safe kernel library), then the public surface (``__init__``, ``core``, ``cli``, ...)
+  (the safe kernel library), then ``models`` (language models built on it), then the public
+  surface (``__init__``, ``core``, ``cli``, ...)
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ ALLOWED = {
     "language": {"base", "compiler", "language"},
     "kernels": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
                 "launch", "pipeline", "kernel", "autotune", "kernels"},
+    "models": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
+               "launch", "pipeline", "kernel", "autotune", "kernels", "models"},
     "top": {"base", "compiler", "language", "driver", "backends", "deviceops", "host", "launch",
-            "pipeline", "kernel", "autotune", "kernels", "top"},
+            "pipeline", "kernel", "autotune", "kernels", "models", "top"},
 }
 EXCEPTIONS: set[tuple[str, str]] = set()  # (importer, imported) allowed to go up: none
 
