@@ -88,3 +88,13 @@ def test_release_recorded_ends_loans_and_keeps_selected_items():
     _scaled(ts.borrow_mut(z).partition((1, 4)), ts.ones((2, 4)).sync(), 1.0)._enqueue(stream, None)
     assert stream.release_recorded(keep=lambda item: True) == [] or True
     assert np.array_equal(z.numpy(), np.ones((2, 4), np.float32))
+
+
+def test_a_library_call_with_its_output_given_records_into_a_graph():
+    x = ts.tensor(np.arange(8, dtype=np.float32).reshape(2, 4)).sync()
+    out = ts.zeros((2, 4)).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(scaled(x, scale=3.0, out=out))
+    assert np.array_equal(out.numpy(), np.zeros((2, 4)))  # recorded, nothing ran
+    graph.replay()
+    assert np.array_equal(out.numpy(), 3 * np.arange(8).reshape(2, 4))
