@@ -192,3 +192,15 @@ def test_misuse_is_refused_with_what_where_and_how(rng):
     refused(lambda: softmax(x, out=ts.full((3, 8), 7.0, ts.float16).sync()),
             "softmax: out= has shape")
     assert np.all(out.numpy() == 7.0)
+
+
+def test_the_benchmark_cases_check_on_the_cpu():
+    """``benchmarks/kernels_activations.py``'s cases, at a small shape on torch's CPU: the
+    library call passes the check the GPU run makes before timing, and torch's runs."""
+    torch = pytest.importorskip("torch")
+    from benchmarks import _rowwise, kernels_activations as bench
+    generator = torch.Generator().manual_seed(0)
+    for make in (bench.softmax_case, bench.silu_mul_case, bench.gelu_case):
+        case = make("float16", 3, 45, "cpu", generator)
+        assert 0 < _rowwise.check(case) <= _rowwise.TOLERANCE["float16"]
+        assert case.theirs(0).shape == (3, 45)

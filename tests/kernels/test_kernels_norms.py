@@ -188,3 +188,15 @@ def test_a_residual_that_is_also_the_input_is_refused_by_the_launch(rng):
     with pytest.raises(ts.AliasingError, match="overlap in memory"):
         add_rms_norm(x, x, w).sync()
     assert np.array_equal(x.numpy(), before)
+
+
+def test_the_benchmark_cases_check_on_the_cpu():
+    """``benchmarks/kernels_norms.py``'s cases, at a small shape on torch's CPU: the library
+    call passes the check the GPU run makes before timing, and the torch reference runs."""
+    torch = pytest.importorskip("torch")
+    from benchmarks import _rowwise, kernels_norms
+    generator = torch.Generator().manual_seed(0)
+    for make in kernels_norms.CASES:
+        case = make("bfloat16", 3, 37, "cpu", generator)
+        assert 0 < _rowwise.check(case) <= _rowwise.TOLERANCE["bfloat16"]
+        assert case.theirs(0).shape == (3, 37)

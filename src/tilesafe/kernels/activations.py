@@ -14,7 +14,6 @@ the library's own helpers."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import tilesafe.core as tc
@@ -96,7 +95,7 @@ def _silu(g):
 
 @kernel
 def silu_mul_tiles(z: tc.MutTensor["T", ("R", "BC")], gate: tc.Tensor["T", (-1, -1)],  # noqa: F821
-                   up: tc.Tensor["T", (-1, -1)]):
+                   up: tc.Tensor["T", (-1, -1)]):  # noqa: F821
     """``z = round(round(silu(gate)) * up)``: the two roundings of transformers' MLP."""
     activated = _silu(tc.load_tile_like(gate, z).astype(tc.f32)).astype(z.dtype)
     z.store((activated.astype(tc.f32) * tc.load_tile_like(up, z).astype(tc.f32)).astype(z.dtype))

@@ -48,7 +48,7 @@ def _rms_normalize(xf, w, hidden, eps, dtype):
 
 @kernel
 def rms_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
-                  w: tc.Tensor["T", (1, -1)], hidden: float, eps: float):
+                  w: tc.Tensor["T", (1, -1)], hidden: float, eps: float):  # noqa: F821
     """``z`` = RMSNorm of the rows of ``x`` it covers, times ``w`` (see ``rms_norm``)."""
     weight = w.partition((1, BH)).load((0, 0))  # noqa: F821
     z.store(_rms_normalize(tc.load_tile_like(x, z).astype(tc.f32), weight, hidden, eps,
@@ -58,7 +58,7 @@ def rms_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1)]
 @kernel
 def add_rms_norm_rows(z: tc.MutTensor["T", ("R", "BH")],  # noqa: F821
                       residual: tc.MutTensor["T", ("R", "BH")],  # noqa: F821
-                      x: tc.Tensor["T", (-1, -1)], w: tc.Tensor["T", (1, -1)],
+                      x: tc.Tensor["T", (-1, -1)], w: tc.Tensor["T", (1, -1)],  # noqa: F821
                       hidden: float, eps: float):
     """``residual += x`` (rounded to the storage type), then ``z`` = RMSNorm of the new
     residual times ``w``."""
@@ -71,8 +71,8 @@ def add_rms_norm_rows(z: tc.MutTensor["T", ("R", "BH")],  # noqa: F821
 
 @kernel
 def layer_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
-                    w: tc.Tensor["T", (1, -1)], b: tc.Tensor["T", (1, -1)], hidden: float,
-                    columns: int, eps: float, HAS_BIAS: tc.Const[bool]):
+                    w: tc.Tensor["T", (1, -1)], b: tc.Tensor["T", (1, -1)],  # noqa: F821
+                    hidden: float, columns: int, eps: float, HAS_BIAS: tc.Const[bool]):
     """``z`` = LayerNorm of the rows of ``x`` it covers: ``(x - mean) * rsqrt(var + eps) * w
     (+ b)`` in f32 (biased variance, two passes over the tile), rounded once."""
     xf = tc.load_tile_like(x, z).astype(tc.f32)
@@ -80,7 +80,8 @@ def layer_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1
     inside = tc.arange(BH).reshape((1, BH)) < columns  # noqa: F821
     centered = tc.where(inside, xf - mean, 0.0)
     variance = tc.reduce_sum(centered * centered, 1, keepdims=True) / hidden
-    y = centered * tc.rsqrt(variance + eps) * w.partition((1, BH)).load((0, 0)).astype(tc.f32)  # noqa: F821
+    weight = w.partition((1, BH)).load((0, 0)).astype(tc.f32)  # noqa: F821
+    y = centered * tc.rsqrt(variance + eps) * weight
     if HAS_BIAS:
         y = y + b.partition((1, BH)).load((0, 0)).astype(tc.f32)  # noqa: F821
     z.store(y.astype(z.dtype))
