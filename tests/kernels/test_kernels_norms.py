@@ -10,7 +10,7 @@ import pytest
 
 import tilesafe as ts
 from tilesafe.kernels import add_rms_norm, layer_norm, rms_norm
-from tilesafe.kernels.norms import MAX_HIDDEN
+from tilesafe.kernels import norms
 
 DTYPES = (ts.float32, ts.float16, ts.bfloat16)
 #: the relative size of one rounding to each dtype (its unit roundoff); float32 results carry
@@ -124,6 +124,34 @@ def test_layer_norm_with_and_without_bias(dtype, rng):
     assert_close(f64(out), layer_reference(f64(x), f64(w), None, 1e-3), dtype)
 
 
+@pytest.mark.parametrize("dtype", (ts.float32, ts.bfloat16), ids=lambda d: d.name)
+def test_rows_longer_than_a_tile_combine_chunk_statistics(dtype, rng, monkeypatch):
+    """With the largest tile made 16 columns, rows of 37 take the chunked schedule (chunk
+    statistics, then each chunk normalized from its row's): the same results."""
+    monkeypatch.setattr(norms, "MAX_ROW_TILE", 16)
+    x = tensor(rng.standard_normal((3, 37)) * 2 + 3, dtype)
+    w = tensor(rng.standard_normal(37), dtype)
+    b = tensor(rng.standard_normal(37), dtype)
+    y = rms_norm(x, w).sync()
+    assert_close(f64(y), rms_reference(f64(x), f64(w), 1e-6), dtype, roundings=2)
+    for bias in (b, None):
+        y = layer_norm(x, w, bias).sync()
+        ref = layer_reference(f64(x), f64(w), None if bias is None else f64(bias), 1e-5)
+        assert_close(f64(y), ref, dtype)
+    residual = tensor(rng.standard_normal((3, 37)), dtype)
+    summed = f64(residual) + f64(x)
+    normed, res = add_rms_norm(x, residual, w).sync()
+    assert res is residual
+    assert_close(f64(residual), summed, dtype)
+    assert_close(f64(normed), rms_reference(f64(residual), f64(w), 1e-6), dtype, roundings=2)
+
+
+def test_a_row_longer_than_the_largest_tile(rng):
+    x = tensor(rng.standard_normal((2, 16411)), ts.float32)
+    w = tensor(rng.standard_normal(16411), ts.float32)
+    assert_close(f64(rms_norm(x, w).sync()), rms_reference(f64(x), f64(w), 1e-6), ts.float32)
+
+
 def test_torch_tensors_in_and_out(rng):
     torch = pytest.importorskip("torch")
     x = torch.tensor(rng.standard_normal((2, 3, 37)), dtype=torch.float32)
@@ -162,10 +190,8 @@ def test_misuse_is_refused_with_what_where_and_how(rng):
             "rms_norm: weight has dtype float16, x float32; they must agree")
     refused(lambda: rms_norm(x, w, eps=0.0), "rms_norm: eps=0.0 must be a finite positive")
     refused(lambda: rms_norm(x, w, eps="1e-6"), "rms_norm: eps='1e-6' must be")
-    long = ts.ones((1, MAX_HIDDEN + 1)).sync()
-    refused(lambda: rms_norm(long, ts.ones(MAX_HIDDEN + 1).sync()),
-            f"rms_norm: x's last axis has {MAX_HIDDEN + 1} elements; rms_norm takes rows of "
-            f"1 to {MAX_HIDDEN}")
+    refused(lambda: layer_norm(ts.ones((3, 0)).sync(), ts.ones(0).sync()),
+            r"layer_norm: x of shape \(3, 0\) has an empty last axis")
     refused(lambda: layer_norm(x, w, tensor(np.ones(4), ts.float32)),
             r"layer_norm: bias has shape \(4,\)")
     out = ts.full((3, 9), 7.0).sync()

@@ -1,10 +1,13 @@
 """Normalizations over the last axis: ``rms_norm``, ``add_rms_norm`` (the residual add fused in,
 written in place) and ``layer_norm``, for float16, bfloat16 and float32 tensors of any rank
-(leading dimensions are rows) and any hidden size up to :data:`MAX_HIDDEN`.
+(leading dimensions are rows) and any hidden size.
 
-Each program owns a tile of whole rows (``(rows, next power of two of hidden)``: the row is
-padded with zeros on load, and the store is masked); the statistics are accumulated in float32
-whatever the storage type. Rounding follows transformers' modules (Llama/Qwen3 ``RMSNorm``,
+A row of up to :data:`MAX_ROW_TILE` elements is one tile: each program owns a tile of whole
+rows (``(rows, next power of two of hidden)``: the row is padded with zeros on load, and the
+store is masked). A longer row is cut into column chunks and takes two launches: the first
+writes each chunk's statistics (and, for ``add_rms_norm``, the chunk's new residual), the
+second combines a row's chunk statistics and writes its chunk. The statistics are accumulated
+in float32 whatever the storage type. Rounding follows transformers' modules (Llama/Qwen3 ``RMSNorm``,
 ``torch.nn.LayerNorm``) step for step, so a decode engine matches them token for token: see
 each function.
 
@@ -20,19 +23,24 @@ import tilesafe.core as tc
 from .._callsite import caller_location
 from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
+from ..dtypes import float32
 from ..errors import ArgumentError
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
+from ._outputs import Output
 from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, check_vector, finish,
                        next_pow2, row_tile, rows_bucket)
 from ._torch import accepts_torch
 
-#: the longest row a normalization takes: the whole row is one tile of a program
-MAX_HIDDEN = 32768
+#: the longest row kept whole in one program's tile; longer rows are chunked
+MAX_ROW_TILE = 16384
 #: elements of one program's tile (rows x padded hidden) a launch aims at most for
 TILE_BUDGET = 8192
-#: rows per program, in the order the tuner tries them (the first is the default)
-ROW_CONFIGS = ({"rows": 4}, {"rows": 8}, {"rows": 2}, {"rows": 16}, {"rows": 1})
+#: rows per program for rows that fit a tile, the chunk for longer ones, in the order the
+#: tuner tries them (the first is the default)
+ROW_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
+               {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
+               {"rows": 1, "chunk": 4096})
 
 
 # -- device side ---------------------------------------------------------------------------
@@ -87,6 +95,81 @@ def layer_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1
     z.store(y.astype(z.dtype))
 
 
+@kernel
+def rms_chunk_stats(squares: tc.MutTensor[tc.f32, (1, 1)], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
+                    BC: tc.Const[int]):
+    """The sum of squares of chunk ``(row, c)`` of ``x`` (``BC`` columns)."""
+    row, chunk, _ = tc.get_tile_block_id()
+    xf = x.partition((1, BC)).load((row, chunk)).astype(tc.f32)
+    squares.store(tc.reduce_sum(xf * xf, 1, keepdims=True))
+
+
+@kernel
+def add_rms_chunk_stats(squares: tc.MutTensor[tc.f32, (1, 1)],
+                        residual: tc.MutTensor["T", (1, "BC")],  # noqa: F821
+                        x: tc.Tensor["T", (-1, -1)]):  # noqa: F821
+    """``residual += x`` on one chunk (rounded to the storage type), and the sum of squares
+    of the new residual's chunk."""
+    summed = tc.load_tile_like(x, residual).astype(tc.f32) + residual.load().astype(tc.f32)
+    summed = summed.astype(residual.dtype)
+    residual.store(summed)
+    sf = summed.astype(tc.f32)
+    squares.store(tc.reduce_sum(sf * sf, 1, keepdims=True))
+
+
+@kernel
+def rms_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
+                    w: tc.Tensor["T", (1, -1)], squares: tc.Tensor[tc.f32, (-1, -1)],  # noqa: F821
+                    hidden: float, eps: float, CP: tc.Const[int]):
+    """``z`` = one chunk of an RMSNorm row, from the row's chunk sums of squares (``CP`` >=
+    the chunk count, a power of two)."""
+    row, chunk, _ = tc.get_tile_block_id()
+    total = tc.reduce_sum(squares.partition((1, CP)).load((row, 0)), 1, keepdims=True)
+    normed = (tc.load_tile_like(x, z).astype(tc.f32) * tc.rsqrt(total / hidden + eps))
+    normed = normed.astype(z.dtype)
+    weight = w.partition((1, BC)).load((0, chunk))  # noqa: F821
+    z.store((normed.astype(tc.f32) * weight.astype(tc.f32)).astype(z.dtype))
+
+
+@kernel
+def layer_chunk_stats(sums: tc.MutTensor[tc.f32, (1, 1)], spreads: tc.MutTensor[tc.f32, (1, 1)],
+                      x: tc.Tensor["T", (-1, -1)], columns: int, BC: tc.Const[int]):  # noqa: F821
+    """Chunk ``(row, c)`` of ``x``: its sum, and the sum of squared deviations from its own
+    mean (to be combined exactly, Chan's parallel variance)."""
+    row, chunk, _ = tc.get_tile_block_id()
+    xf = x.partition((1, BC)).load((row, chunk)).astype(tc.f32)
+    count = tc.minimum(columns - chunk * BC, BC).astype(tc.f32)  # noqa: F821
+    total = tc.reduce_sum(xf, 1, keepdims=True)
+    inside = tc.arange(BC).reshape((1, BC)) < columns - chunk * BC  # noqa: F821
+    centered = tc.where(inside, xf - total / count, 0.0)
+    sums.store(total)
+    spreads.store(tc.reduce_sum(centered * centered, 1, keepdims=True))
+
+
+@kernel
+def layer_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
+                      w: tc.Tensor["T", (1, -1)], b: tc.Tensor["T", (1, -1)],  # noqa: F821
+                      sums: tc.Tensor[tc.f32, (-1, -1)], spreads: tc.Tensor[tc.f32, (-1, -1)],
+                      hidden: float, columns: int, eps: float, HAS_BIAS: tc.Const[bool],
+                      CP: tc.Const[int]):
+    """``z`` = one chunk of a LayerNorm row, from the row's chunk sums and spreads: the mean
+    is the sums' total over ``hidden``, the variance the spreads plus each chunk's count times
+    its mean's squared distance to the row mean, over ``hidden``."""
+    row, chunk, _ = tc.get_tile_block_id()
+    chunk_sums = sums.partition((1, CP)).load((row, 0))
+    starts = tc.arange(CP).reshape((1, CP)) * BC  # noqa: F821
+    counts = tc.maximum(tc.minimum(columns - starts, BC), 0).astype(tc.f32)  # noqa: F821
+    mean = tc.reduce_sum(chunk_sums, 1, keepdims=True) / hidden
+    apart = chunk_sums / tc.maximum(counts, 1.0) - mean
+    spread = spreads.partition((1, CP)).load((row, 0)) + counts * apart * apart
+    variance = tc.reduce_sum(spread, 1, keepdims=True) / hidden
+    weight = w.partition((1, BC)).load((0, chunk)).astype(tc.f32)  # noqa: F821
+    y = (tc.load_tile_like(x, z).astype(tc.f32) - mean) * tc.rsqrt(variance + eps) * weight
+    if HAS_BIAS:
+        y = y + b.partition((1, BC)).load((0, chunk)).astype(tc.f32)  # noqa: F821
+    z.store(y.astype(z.dtype))
+
+
 # -- launches (tile choices) -----------------------------------------------------------------
 
 def _key(x: Tensor, *rest: Any, **_: Any) -> tuple:
@@ -98,37 +181,81 @@ def _tile(x: Tensor, config: dict) -> tuple[int, int]:
     return row_tile(config["rows"], x.shape[0], block, TILE_BUDGET), block
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(rms_norm_rows,))
+def _chunking(x: Tensor, config: dict) -> Optional[tuple[int, int]]:
+    """``(chunk, chunk count)`` when ``x``'s rows are too long for one tile, else None."""
+    if next_pow2(x.shape[1]) <= MAX_ROW_TILE:
+        return None
+    chunk = min(int(config["chunk"]), MAX_ROW_TILE)
+    return chunk, -(-x.shape[1] // chunk)
+
+
+def _statistics(x: Tensor, chunks: int, name: str) -> Output:
+    return Output(None, (x.shape[0], chunks), float32, x.device, name=name, op="norm")
+
+
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(rms_norm_rows, rms_chunk_stats,
+                                                  rms_chunk_apply))
 def _launch_rms_norm(x: Tensor, w: Tensor, out: RowsOutput, eps: float, *,
                      config: dict) -> DeviceOp:
-    return rms_norm_rows(out.partition(_tile(x, config)), x, w, float(x.shape[1]), eps)
+    hidden = float(x.shape[1])
+    chunking = _chunking(x, config)
+    if chunking is None:
+        return rms_norm_rows(out.partition(_tile(x, config)), x, w, hidden, eps)
+    chunk, chunks = chunking
+    squares = _statistics(x, chunks, "chunk sums of squares")
+    stats = rms_chunk_stats(squares.partition((1, 1)), x, BC=chunk)
+    return stats.then(lambda r: rms_chunk_apply(out.partition((1, chunk)), x, w,
+                                                squares.tensor(r.squares), hidden, eps,
+                                                CP=next_pow2(chunks)))
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(add_rms_norm_rows,), mutates=("residual",))
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(add_rms_norm_rows, add_rms_chunk_stats,
+                                                  rms_chunk_apply), mutates=("residual",))
 def _launch_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, out: RowsOutput, eps: float,
                          *, config: dict) -> DeviceOp:
-    tile = _tile(x, config)
-    return add_rms_norm_rows(out.partition(tile), borrow_mut(residual).partition(tile), x, w,
-                             float(x.shape[1]), eps)
+    hidden = float(x.shape[1])
+    chunking = _chunking(x, config)
+    if chunking is None:
+        tile = _tile(x, config)
+        return add_rms_norm_rows(out.partition(tile), borrow_mut(residual).partition(tile), x,
+                                 w, hidden, eps)
+    chunk, chunks = chunking
+    squares = _statistics(x, chunks, "chunk sums of squares")
+    stats = add_rms_chunk_stats(squares.partition((1, 1)),
+                                borrow_mut(residual).partition((1, chunk)), x)
+    return stats.then(lambda r: rms_chunk_apply(out.partition((1, chunk)), residual, w,
+                                                squares.tensor(r.squares), hidden, eps,
+                                                CP=next_pow2(chunks)))
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(layer_norm_rows,))
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(layer_norm_rows, layer_chunk_stats,
+                                                  layer_chunk_apply))
 def _launch_layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], out: RowsOutput, eps: float,
                        *, config: dict) -> DeviceOp:
     hidden = x.shape[1]
-    return layer_norm_rows(out.partition(_tile(x, config)), x, w, w if b is None else b,
-                           float(hidden), hidden, eps, HAS_BIAS=b is not None)
+    bias = w if b is None else b
+    chunking = _chunking(x, config)
+    if chunking is None:
+        return layer_norm_rows(out.partition(_tile(x, config)), x, w, bias, float(hidden),
+                               hidden, eps, HAS_BIAS=b is not None)
+    chunk, chunks = chunking
+    sums = _statistics(x, chunks, "chunk sums")
+    spreads = _statistics(x, chunks, "chunk spreads")
+    stats = layer_chunk_stats(sums.partition((1, 1)), spreads.partition((1, 1)), x, hidden,
+                              BC=chunk)
+    return stats.then(lambda r: layer_chunk_apply(
+        out.partition((1, chunk)), x, w, bias, sums.tensor(r.sums), spreads.tensor(r.spreads),
+        float(hidden), hidden, eps, HAS_BIAS=b is not None, CP=next_pow2(chunks)))
 
 
 # -- public functions -------------------------------------------------------------------------
 
 def _check_x(x: Any, op: str) -> Tensor:
     x = check_tensor(x, "x", op)
-    hidden = x.shape[-1]
-    if not 1 <= hidden <= MAX_HIDDEN:
-        raise ArgumentError(f"{op}: x's last axis has {hidden} elements; {op} takes rows of "
-                            f"1 to {MAX_HIDDEN} elements (a row is one tile)", caller_location(),
-                            hint="normalize over a shorter last axis (reshape the tensor)")
+    if x.shape[-1] == 0:
+        raise ArgumentError(f"{op}: x of shape {tuple(x.shape)} has an empty last axis; "
+                            "there is nothing to normalize", caller_location(),
+                            hint="pass a non-empty last axis")
     return x
 
 
@@ -151,8 +278,7 @@ def rms_norm(x: Tensor, weight: Tensor, *, eps: float = 1e-6,
     hidden_states.to(input_dtype)``). For float32 inputs the first rounding changes nothing.
 
     Args:
-        x: float16, bfloat16 or float32 tensor of shape ``(..., hidden)``, ``1 <= hidden <=
-            MAX_HIDDEN``.
+        x: float16, bfloat16 or float32 tensor of shape ``(..., hidden)``, ``hidden >= 1``.
         weight: the scale, shape ``(hidden,)``, ``x``'s dtype and device.
         eps: added to the mean square (a finite positive number).
         out: optional output of ``x``'s shape and dtype (else a new tensor).
@@ -162,7 +288,7 @@ def rms_norm(x: Tensor, weight: Tensor, *, eps: float = 1e-6,
 
     Raises:
         ArgumentError: a non-tensor, an unsupported dtype, a weight of the wrong shape, dtype
-            or device, a row too long, a bad ``eps``, or an ``out`` that does not match.
+            or device, an empty last axis, a bad ``eps``, or an ``out`` that does not match.
     """
     op = "rms_norm"
     x = _check_x(x, op)
@@ -224,8 +350,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, eps:
     variance, rounded once to ``x``'s dtype.
 
     Args:
-        x: float16, bfloat16 or float32 tensor of shape ``(..., hidden)``, ``1 <= hidden <=
-            MAX_HIDDEN``.
+        x: float16, bfloat16 or float32 tensor of shape ``(..., hidden)``, ``hidden >= 1``.
         weight: the scale, shape ``(hidden,)``, ``x``'s dtype and device.
         bias: optional shift, like ``weight``.
         eps: added to the variance (a finite positive number).
