@@ -7,9 +7,9 @@ rows (``(rows, next power of two of hidden)``: the row is padded with zeros on l
 store is masked). A longer row is cut into column chunks and takes two launches: the first
 writes each chunk's statistics (and, for ``add_rms_norm``, the chunk's new residual), the
 second combines a row's chunk statistics and writes its chunk. The statistics are accumulated
-in float32 whatever the storage type. Rounding follows transformers' modules (Llama/Qwen3 ``RMSNorm``,
-``torch.nn.LayerNorm``) step for step, so a decode engine matches them token for token: see
-each function.
+in float32 whatever the storage type. Rounding follows transformers' modules (Llama/Qwen3
+``RMSNorm``, ``torch.nn.LayerNorm``) step for step, so a decode engine matches them token for
+token: see each function.
 
 May import every layer below the public surface, ``tilesafe.core`` (the device language) and
 the library's own helpers."""
@@ -96,8 +96,8 @@ def layer_norm_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1
 
 
 @kernel
-def rms_chunk_stats(squares: tc.MutTensor[tc.f32, (1, 1)], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
-                    BC: tc.Const[int]):
+def rms_chunk_stats(squares: tc.MutTensor[tc.f32, (1, 1)],
+                    x: tc.Tensor["T", (-1, -1)], BC: tc.Const[int]):  # noqa: F821
     """The sum of squares of chunk ``(row, c)`` of ``x`` (``BC`` columns)."""
     row, chunk, _ = tc.get_tile_block_id()
     xf = x.partition((1, BC)).load((row, chunk)).astype(tc.f32)
