@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tilesafe as ts
+from tilesafe.kernels import _rowwise
 from tilesafe.kernels import activations, gelu, silu_mul, softmax
 
 DTYPES = (ts.float32, ts.float16, ts.bfloat16)
@@ -22,6 +23,13 @@ ROUNDOFF = {"float32": 1e-6, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 #: the spacing of each dtype's smallest (subnormal) numbers: the absolute error of rounding a
 #: result that small
 TINY = {"float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+
+
+@pytest.fixture(autouse=True)
+def tiles_as_on_a_large_problem(monkeypatch):
+    """Launches keep their configs' tiles (several rows per program) although the test
+    problems are small: otherwise tiles shrink to spread a small launch over the GPU."""
+    monkeypatch.setattr(_rowwise, "MIN_PROGRAMS", 1)
 
 
 def tensor(values: np.ndarray, dtype) -> ts.Tensor:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tilesafe as ts
+from tilesafe.kernels import _rowwise
 from tilesafe.kernels import add_rms_norm, layer_norm, rms_norm
 from tilesafe.kernels import norms
 
@@ -16,6 +17,13 @@ DTYPES = (ts.float32, ts.float16, ts.bfloat16)
 #: the relative size of one rounding to each dtype (its unit roundoff); float32 results carry
 #: the float32 sums' error instead
 ROUNDOFF = {"float32": 1e-6, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+@pytest.fixture(autouse=True)
+def tiles_as_on_a_large_problem(monkeypatch):
+    """Launches keep their configs' tiles (several rows per program) although the test
+    problems are small: otherwise tiles shrink to spread a small launch over the GPU."""
+    monkeypatch.setattr(_rowwise, "MIN_PROGRAMS", 1)
 
 
 def tensor(values: np.ndarray, dtype) -> ts.Tensor:
@@ -226,3 +234,16 @@ def test_the_benchmark_cases_check_on_the_cpu():
         case = make("bfloat16", 3, 37, "cpu", generator)
         assert 0 < _rowwise.check(case) <= _rowwise.TOLERANCE["bfloat16"]
         assert case.theirs(0).shape == (3, 37)
+
+
+def test_small_launches_spread_over_more_programs(monkeypatch):
+    """Tile choices (configs[0] adapted to the shape): rows per program, elementwise tiles
+    and softmax chunks shrink while a launch would have fewer than MIN_PROGRAMS programs."""
+    monkeypatch.setattr(_rowwise, "MIN_PROGRAMS", 256)
+    assert _rowwise.row_tile(4, 4096, 1024, 8192) == 4      # 1024 programs: as configured
+    assert _rowwise.row_tile(4, 32, 4096, 8192) == 1        # decode batch: a row each
+    assert _rowwise.row_tile(16, 1024, 1024, 8192) == 4     # 256 programs
+    assert _rowwise.matrix_tile(2, 1024, 16384, 4096) == (2, 1024)
+    assert _rowwise.matrix_tile(2, 1024, 1, 12288) == (1, 256)   # 48 programs at most
+    assert _rowwise.chunk_columns(4096, 32, 151936, 16384) == 4096
+    assert _rowwise.chunk_columns(4096, 1, 151936, 16384) == 1024

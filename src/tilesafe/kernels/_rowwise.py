@@ -16,6 +16,9 @@ from ..host.partition import Partition
 from ..host.tensor import Tensor, borrow_mut
 from ._outputs import Output
 
+#: the programs a launch aims for at least (about two per SM of an H100) where the problem is
+#: large enough: tiles shrink to reach it, so that short problems still spread over the GPU
+MIN_PROGRAMS = 256
 #: the element types every row-wise kernel accepts (math in f32 whatever the storage)
 FLOAT_DTYPES: tuple[DType, ...] = (float16, bfloat16, float32)
 
@@ -131,7 +134,34 @@ def finish(op: Any, pick: Callable[[Any], Any]) -> Any:
     return op.then(pick)
 
 
-def row_tile(config_rows: int, rows: int, block: int, budget: int) -> int:
-    """Rows per program: the config's, at most the (power-of-two) row count and at most what
-    keeps a tile of ``block`` columns within ``budget`` elements (at least 1)."""
-    return max(1, min(int(config_rows), next_pow2(rows), max(1, budget // block)))
+def row_tile(config_rows: int, rows: int, block: int, budget: int,
+             column_tiles: int = 1) -> int:
+    """Rows per program: the config's, at most the (power-of-two) row count, at most what
+    keeps a tile of ``block`` columns within ``budget`` elements, and halved while the launch
+    would have fewer than :data:`MIN_PROGRAMS` programs (``column_tiles`` per row band)."""
+    tile = max(1, min(int(config_rows), next_pow2(rows), max(1, budget // block)))
+    while tile > 1 and -(-rows // tile) * column_tiles < MIN_PROGRAMS:
+        tile //= 2
+    return tile
+
+
+def chunk_columns(config_chunk: int, rows: int, columns: int, largest: int,
+                  smallest: int = 1024) -> int:
+    """The column chunk of a row too long for one tile: the config's (at most ``largest``),
+    halved down to ``smallest`` while the launch would have fewer than :data:`MIN_PROGRAMS`
+    programs."""
+    chunk = min(int(config_chunk), largest)
+    while chunk > smallest and rows * -(-columns // chunk) < MIN_PROGRAMS:
+        chunk //= 2
+    return chunk
+
+
+def matrix_tile(config_rows: int, config_cols: int, rows: int, columns: int) -> tuple[int, int]:
+    """An elementwise launch's (rows, columns) tile: the config's, no larger than the matrix,
+    shrunk (rows first, then columns down to 256) while the launch would have fewer than
+    :data:`MIN_PROGRAMS` programs."""
+    cols = min(int(config_cols), next_pow2(columns))
+    tile = row_tile(config_rows, rows, cols, 1 << 24, -(-columns // cols))
+    while cols > 256 and -(-rows // tile) * -(-columns // cols) < MIN_PROGRAMS:
+        cols //= 2
+    return tile, cols

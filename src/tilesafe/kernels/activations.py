@@ -26,8 +26,8 @@ from ..errors import ArgumentError
 from ..host.tensor import Tensor
 from ..kernel import function, kernel
 from ._outputs import Output
-from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, finish, next_pow2,
-                       row_tile, rows_bucket)
+from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, chunk_columns, finish,
+                       matrix_tile, next_pow2, row_tile, rows_bucket)
 from ._torch import accepts_torch
 
 LOG2E = 1.4426950408889634
@@ -150,7 +150,7 @@ def _launch_softmax(x: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
     if block <= SOFTMAX_MAX_TILE:
         tile = (row_tile(config["rows"], rows, block, TILE_BUDGET), block)
         return softmax_rows(out.partition(tile), x).then(lambda r: r.z)
-    chunk = min(int(config["chunk"]), SOFTMAX_MAX_TILE)
+    chunk = chunk_columns(config["chunk"], rows, columns, SOFTMAX_MAX_TILE)
     chunks = -(-columns // chunk)
     top = Output(None, (rows, chunks), float32, x.device, name="chunk maxima", op="softmax")
     total = Output(None, (rows, chunks), float32, x.device, name="chunk sums", op="softmax")
@@ -168,8 +168,7 @@ def _tiles_key(x: Tensor, *rest: Any, **_: Any) -> tuple:
 
 
 def _elementwise_tile(x: Tensor, config: dict) -> tuple[int, int]:
-    cols = min(int(config["cols"]), next_pow2(x.shape[1]))
-    return row_tile(config["rows"], x.shape[0], cols, 1 << 24), cols
+    return matrix_tile(config["rows"], config["cols"], *x.shape)
 
 
 @autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(silu_mul_tiles,))

@@ -28,8 +28,8 @@ from ..errors import ArgumentError
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from ._outputs import Output
-from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, check_vector, finish,
-                       next_pow2, row_tile, rows_bucket)
+from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, check_vector,
+                       chunk_columns, finish, next_pow2, row_tile, rows_bucket)
 from ._torch import accepts_torch
 
 #: the longest row kept whole in one program's tile; longer rows are chunked
@@ -185,7 +185,7 @@ def _chunking(x: Tensor, config: dict) -> Optional[tuple[int, int]]:
     """``(chunk, chunk count)`` when ``x``'s rows are too long for one tile, else None."""
     if next_pow2(x.shape[1]) <= MAX_ROW_TILE:
         return None
-    chunk = min(int(config["chunk"]), MAX_ROW_TILE)
+    chunk = chunk_columns(config["chunk"], x.shape[0], x.shape[1], MAX_ROW_TILE)
     return chunk, -(-x.shape[1] // chunk)
 
 
