@@ -70,12 +70,14 @@ def test_softmax_over_leading_axes_with_extreme_values_and_a_given_out(rng):
     values[0, 0, :5] = 3e4      # exp would overflow without the maximum subtracted
     values[1, 2, :] -= 1e4
     values[0, 1, 3] = -np.inf   # a -inf logit (a masked one) gets exactly 0
+    values[1, 0, :] = -np.inf   # a fully masked row: zeros (torch: NaN)
     x = tensor(values, ts.float32)
     out = ts.full((2, 3, 37), float("nan")).sync()
     assert softmax(x, axis=2, out=out).sync() is out
     got = f64(out)
-    assert got[0, 1, 3] == 0.0
-    assert_close(got, softmax_reference(f64(x)), ts.float32, atol=1e-7)
+    assert got[0, 1, 3] == 0.0 and np.all(got[1, 0] == 0.0)
+    assert_close(got[0], softmax_reference(f64(x)[0]), ts.float32, atol=1e-7)
+    assert_close(got[1, 1:], softmax_reference(f64(x)[1, 1:]), ts.float32, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", (ts.float32, ts.bfloat16), ids=lambda d: d.name)
@@ -86,9 +88,13 @@ def test_softmax_of_rows_longer_than_a_tile_combines_chunks(dtype, rng, monkeypa
     for shape in ((3, 37), (2, 100)):
         values = rng.standard_normal(shape) * 5
         values[0, -1] = 40.0  # the row maximum in the last, partial chunk
+        values[1, :] = -np.inf  # a fully masked row: zeros, as in a row kept in one tile
+        values[-1, :20] = -np.inf
         x = tensor(values, dtype)
-        y = softmax(x).sync()
-        assert_close(f64(y), softmax_reference(f64(x)), dtype, atol=1e-7)
+        y = f64(softmax(x).sync())
+        assert np.all(y[1] == 0)
+        keep = np.arange(shape[0]) != 1
+        assert_close(y[keep], softmax_reference(f64(x)[keep]), dtype, atol=1e-7)
 
 
 def test_softmax_of_a_vocabulary_sized_row(rng):

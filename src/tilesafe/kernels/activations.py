@@ -66,7 +66,7 @@ def softmax_chunk_stats(top: tc.MutTensor[tc.f32, (1, 1)], total: tc.MutTensor[t
     ``exp(x - maximum)`` over it."""
     row, chunk, _ = tc.get_tile_block_id()
     xf = x.partition((1, BC), padding=float("-inf")).load((row, chunk)).astype(tc.f32)
-    best = tc.reduce_max(xf, 1, keepdims=True)
+    best = tc.maximum(tc.reduce_max(xf, 1, keepdims=True), -3.0e38)  # finite, as in rows
     top.store(best)
     total.store(tc.reduce_sum(tc.exp2((xf - best) * LOG2E), 1, keepdims=True))
 
@@ -82,7 +82,8 @@ def softmax_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, 
     tops = top.partition((1, CP), padding=float("-inf")).load((row, 0))
     best = tc.reduce_max(tops, 1, keepdims=True)
     sums = total.partition((1, CP)).load((row, 0)) * tc.exp2((tops - best) * LOG2E)
-    row_total = tc.reduce_sum(sums, 1, keepdims=True)
+    # >= 1 for a real row (its maximum's chunk contributes exp(0)); 0 only if all are -inf
+    row_total = tc.maximum(tc.reduce_sum(sums, 1, keepdims=True), 1.0)
     xf = tc.load_tile_like(x, z, padding=float("-inf")).astype(tc.f32)
     z.store((tc.exp2((xf - best) * LOG2E) / row_total).astype(z.dtype))
 
