@@ -150,18 +150,16 @@ def _launch_softmax(x: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
     block = next_pow2(columns)
     if block <= SOFTMAX_MAX_TILE:
         tile = (row_tile(config["rows"], rows, block, TILE_BUDGET), block)
-        return softmax_rows(out.partition(tile), x).then(lambda r: r.z)
+        return softmax_rows(out.partition(tile), x)
     chunk = chunk_columns(config["chunk"], rows, columns, SOFTMAX_MAX_TILE)
     chunks = -(-columns // chunk)
     top = Output(None, (rows, chunks), float32, x.device, name="chunk maxima", op="softmax")
     total = Output(None, (rows, chunks), float32, x.device, name="chunk sums", op="softmax")
     stats = softmax_chunk_stats(top.partition((1, 1)), total.partition((1, 1)), x, BC=chunk)
 
-    def apply(r: Any) -> DeviceOp:
-        launch = softmax_chunk_apply(out.partition((1, chunk)), x, top.tensor(r.top),
-                                     total.tensor(r.total), CP=next_pow2(chunks))
-        return launch.then(lambda a: a.z)
-    return stats.then(apply)
+    return stats.then(lambda r: softmax_chunk_apply(
+        out.partition((1, chunk)), x, top.tensor(r.top), total.tensor(r.total),
+        CP=next_pow2(chunks)))
 
 
 def _tiles_key(x: Tensor, *rest: Any, **_: Any) -> tuple:
@@ -215,7 +213,7 @@ def softmax(x: Tensor, *, axis: int = -1, out: Optional[Tensor] = None) -> Devic
                             "clone()) and pass axis=-1")
     _check_row_length(x, op)
     output = RowsOutput(out, x.shape, x.dtype, x.device, op=op)
-    return finish(_launch_softmax(as_rows(x, "x", op), output), output.result)
+    return finish(_launch_softmax(as_rows(x, "x", op), output), lambda r: output.result(r.z))
 
 
 @accepts_torch
