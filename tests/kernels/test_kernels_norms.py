@@ -160,6 +160,30 @@ def test_a_row_longer_than_the_largest_tile(rng):
     assert_close(f64(rms_norm(x, w).sync()), rms_reference(f64(x), f64(w), 1e-6), ts.float32)
 
 
+def test_wide_rows_run_eight_warps_per_program(rng):
+    """A whole-row tile of 8192 elements (hidden 4100) takes the 8-warp variant of each
+    whole-row kernel; the results are the same."""
+    from tilesafe.kernels import activations
+    for variants in (norms._RMS_ROWS, norms._ADD_RMS_ROWS, norms._LAYER_ROWS,
+                     activations._SOFTMAX_ROWS):
+        assert variants.pick((1, 8192), norms.ROW_CONFIGS[0]) is variants.wide
+        assert variants.pick((4, 512), norms.ROW_CONFIGS[0]) is variants.narrow
+        assert variants.pick((4, 512), {"warps": 8}) is variants.wide
+    x = tensor(rng.standard_normal((2, 4100)), ts.bfloat16)
+    w = tensor(rng.standard_normal(4100), ts.bfloat16)
+    assert_close(f64(rms_norm(x, w).sync()), rms_reference(f64(x), f64(w), 1e-6), ts.bfloat16,
+                 roundings=2)
+    assert_close(f64(layer_norm(x, w, w).sync()), layer_reference(f64(x), f64(w), f64(w), 1e-5),
+                 ts.bfloat16)
+    residual = tensor(rng.standard_normal((2, 4100)), ts.bfloat16)
+    normed, _ = add_rms_norm(x, residual, w).sync()
+    assert_close(f64(normed), rms_reference(f64(residual), f64(w), 1e-6), ts.bfloat16,
+                 roundings=2)
+    y = f64(activations.softmax(x).sync())
+    e = np.exp(f64(x) - f64(x).max(-1, keepdims=True))
+    assert_close(y, e / e.sum(-1, keepdims=True), ts.bfloat16)
+
+
 def test_torch_tensors_in_and_out(rng):
     torch = pytest.importorskip("torch")
     x = torch.tensor(rng.standard_normal((2, 3, 37)), dtype=torch.float32)

@@ -3,7 +3,7 @@ tensor arguments (kind, float dtype, device, shape), viewing a tensor of any ran
 matrix of rows (leading dimensions flattened), the output over those rows, and the tile sizes
 a launch derives from a shape and a config.
 
-May import the host layer, ``errors``, ``_callsite`` and ``kernels._outputs``."""
+May import the host layer, ``errors``, ``_callsite``, ``kernel`` and ``kernels._outputs``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,16 @@ from ..dtypes import DType, bfloat16, float16, float32
 from ..errors import ArgumentError
 from ..host.partition import Partition
 from ..host.tensor import Tensor, borrow_mut
+from ..kernel import Kernel, kernel
 from ._outputs import Output
 
 #: the programs a launch aims for at least (about two per SM of an H100) where the problem is
 #: large enough: tiles shrink to reach it, so that short problems still spread over the GPU
 MIN_PROGRAMS = 256
+#: the tile size (elements) from which a whole-row program runs 8 warps rather than 4: a row
+#: kept in registers then needs half the registers per thread (about 230 -> 130 for a bf16
+#: add_rms_norm tile of 8192), so twice the warps fit on an SM to keep loads in flight
+WIDE_TILE = 4096
 #: the element types every row-wise kernel accepts (math in f32 whatever the storage)
 FLOAT_DTYPES: tuple[DType, ...] = (float16, bfloat16, float32)
 
@@ -165,3 +170,24 @@ def matrix_tile(config_rows: int, config_cols: int, rows: int, columns: int) -> 
     while cols > 256 and -(-rows // tile) * -(-columns // cols) < MIN_PROGRAMS:
         cols //= 2
     return tile, cols
+
+
+class WarpVariants:
+    """A kernel and the same kernel compiled for 8 warps per program (``num_worker_warps_per_
+    cta``); :meth:`pick` chooses by the tile size, or as a config says (``"warps"``)."""
+
+    def __init__(self, narrow: Kernel):
+        self.narrow = narrow
+        self.wide = kernel(narrow.fn, hints={**narrow.hints,
+                                             "default": {"num_worker_warps_per_cta": 8}})
+
+    @property
+    def kernels(self) -> tuple[Kernel, Kernel]:
+        return (self.narrow, self.wide)
+
+    def pick(self, tile: Sequence[int], config: dict) -> Kernel:
+        elements = 1
+        for extent in tile:
+            elements *= extent
+        warps = config.get("warps") or (8 if elements >= WIDE_TILE else 4)
+        return self.wide if warps == 8 else self.narrow

@@ -26,8 +26,8 @@ from ..errors import ArgumentError
 from ..host.tensor import Tensor
 from ..kernel import function, kernel
 from ._outputs import Output
-from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, chunk_columns, finish,
-                       matrix_tile, next_pow2, row_tile, rows_bucket)
+from ._rowwise import (RowsOutput, WarpVariants, as_rows, check_like, check_tensor,
+                       chunk_columns, finish, matrix_tile, next_pow2, row_tile, rows_bucket)
 from ._torch import accepts_torch
 
 LOG2E = 1.4426950408889634
@@ -35,7 +35,8 @@ LOG2E = 1.4426950408889634
 SOFTMAX_MAX_TILE = 16384
 #: elements of one program's tile (rows x padded row) a softmax launch aims at most for
 TILE_BUDGET = 8192
-#: softmax configs: rows per program for rows that fit a tile, the chunk for longer ones
+#: softmax configs: rows per program for rows that fit a tile, the chunk for longer ones (and
+#: optionally ``"warps"``, as for the norms)
 SOFTMAX_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
                    {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
                    {"rows": 1, "chunk": 4096})
@@ -139,18 +140,22 @@ def gelu_tiles(z: tc.MutTensor["T", ("R", "BC")], x: tc.Tensor["T", (-1, -1)],  
 
 # -- launches (tile choices) -----------------------------------------------------------------
 
+#: the whole-row softmax, also compiled for 8 warps per program (wide tiles)
+_SOFTMAX_ROWS = WarpVariants(softmax_rows)
+
+
 def _rows_key(x: Tensor, *rest: Any, **_: Any) -> tuple:
     return (rows_bucket(x.shape[0]), x.shape[1], x.dtype.name)
 
 
 @autotune(configs=SOFTMAX_CONFIGS, key=_rows_key,
-          kernels=(softmax_rows, softmax_chunk_stats, softmax_chunk_apply))
+          kernels=(*_SOFTMAX_ROWS.kernels, softmax_chunk_stats, softmax_chunk_apply))
 def _launch_softmax(x: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
     rows, columns = x.shape
     block = next_pow2(columns)
     if block <= SOFTMAX_MAX_TILE:
         tile = (row_tile(config["rows"], rows, block, TILE_BUDGET), block)
-        return softmax_rows(out.partition(tile), x)
+        return _SOFTMAX_ROWS.pick(tile, config)(out.partition(tile), x)
     chunk = chunk_columns(config["chunk"], rows, columns, SOFTMAX_MAX_TILE)
     chunks = -(-columns // chunk)
     top = Output(None, (rows, chunks), float32, x.device, name="chunk maxima", op="softmax")

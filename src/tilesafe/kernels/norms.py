@@ -28,8 +28,8 @@ from ..errors import ArgumentError
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from ._outputs import Output
-from ._rowwise import (RowsOutput, as_rows, check_like, check_tensor, check_vector,
-                       chunk_columns, finish, next_pow2, row_tile, rows_bucket)
+from ._rowwise import (RowsOutput, WarpVariants, as_rows, check_like, check_tensor,
+                       check_vector, chunk_columns, finish, next_pow2, row_tile, rows_bucket)
 from ._torch import accepts_torch
 
 #: the longest row kept whole in one program's tile; longer rows are chunked
@@ -37,7 +37,8 @@ MAX_ROW_TILE = 16384
 #: elements of one program's tile (rows x padded hidden) a launch aims at most for
 TILE_BUDGET = 8192
 #: rows per program for rows that fit a tile, the chunk for longer ones, in the order the
-#: tuner tries them (the first is the default)
+#: tuner tries them (the first is the default); a config may also fix ``"warps"`` (4 or 8) of
+#: a whole-row program, else tiles of ``_rowwise.WIDE_TILE`` elements or more run 8
 ROW_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
                {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
                {"rows": 1, "chunk": 4096})
@@ -172,6 +173,12 @@ def layer_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1
 
 # -- launches (tile choices) -----------------------------------------------------------------
 
+#: the whole-row kernels, each also compiled for 8 warps per program (wide tiles)
+_RMS_ROWS = WarpVariants(rms_norm_rows)
+_ADD_RMS_ROWS = WarpVariants(add_rms_norm_rows)
+_LAYER_ROWS = WarpVariants(layer_norm_rows)
+
+
 def _key(x: Tensor, *rest: Any, **_: Any) -> tuple:
     return (rows_bucket(x.shape[0]), x.shape[1], x.dtype.name)
 
@@ -193,14 +200,15 @@ def _statistics(x: Tensor, chunks: int, name: str) -> Output:
     return Output(None, (x.shape[0], chunks), float32, x.device, name=name, op="norm")
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(rms_norm_rows, rms_chunk_stats,
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(*_RMS_ROWS.kernels, rms_chunk_stats,
                                                   rms_chunk_apply))
 def _launch_rms_norm(x: Tensor, w: Tensor, out: RowsOutput, eps: float, *,
                      config: dict) -> DeviceOp:
     hidden = float(x.shape[1])
     chunking = _chunking(x, config)
     if chunking is None:
-        return rms_norm_rows(out.partition(_tile(x, config)), x, w, hidden, eps)
+        tile = _tile(x, config)
+        return _RMS_ROWS.pick(tile, config)(out.partition(tile), x, w, hidden, eps)
     chunk, chunks = chunking
     squares = _statistics(x, chunks, "chunk sums of squares")
     stats = rms_chunk_stats(squares.partition((1, 1)), x, BC=chunk)
@@ -209,7 +217,7 @@ def _launch_rms_norm(x: Tensor, w: Tensor, out: RowsOutput, eps: float, *,
                                                 CP=next_pow2(chunks)))
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(add_rms_norm_rows, add_rms_chunk_stats,
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(*_ADD_RMS_ROWS.kernels, add_rms_chunk_stats,
                                                   rms_chunk_apply), mutates=("residual",))
 def _launch_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, out: RowsOutput, eps: float,
                          *, config: dict) -> DeviceOp:
@@ -217,8 +225,9 @@ def _launch_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, out: RowsOutput
     chunking = _chunking(x, config)
     if chunking is None:
         tile = _tile(x, config)
-        return add_rms_norm_rows(out.partition(tile), borrow_mut(residual).partition(tile), x,
-                                 w, hidden, eps)
+        return _ADD_RMS_ROWS.pick(tile, config)(out.partition(tile),
+                                                borrow_mut(residual).partition(tile), x, w,
+                                                hidden, eps)
     chunk, chunks = chunking
     squares = _statistics(x, chunks, "chunk sums of squares")
     stats = add_rms_chunk_stats(squares.partition((1, 1)),
@@ -228,7 +237,7 @@ def _launch_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, out: RowsOutput
                                                 CP=next_pow2(chunks)))
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(layer_norm_rows, layer_chunk_stats,
+@autotune(configs=ROW_CONFIGS, key=_key, kernels=(*_LAYER_ROWS.kernels, layer_chunk_stats,
                                                   layer_chunk_apply))
 def _launch_layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], out: RowsOutput, eps: float,
                        *, config: dict) -> DeviceOp:
@@ -236,8 +245,9 @@ def _launch_layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], out: RowsOutpu
     bias = w if b is None else b
     chunking = _chunking(x, config)
     if chunking is None:
-        return layer_norm_rows(out.partition(_tile(x, config)), x, w, bias, float(hidden),
-                               hidden, eps, HAS_BIAS=b is not None)
+        tile = _tile(x, config)
+        return _LAYER_ROWS.pick(tile, config)(out.partition(tile), x, w, bias, float(hidden),
+                                              hidden, eps, HAS_BIAS=b is not None)
     chunk, chunks = chunking
     sums = _statistics(x, chunks, "chunk sums")
     spreads = _statistics(x, chunks, "chunk spreads")
