@@ -11,4 +11,7 @@ Layer: above ``kernel`` and ``autotune``; may import every layer below the publi
 
 from __future__ import annotations
 
+from .matmul import matmul, scaled_matmul
+
 __all__: list[str] = []
+__all__ += ["matmul", "scaled_matmul"]
