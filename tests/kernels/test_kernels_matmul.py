@@ -165,6 +165,12 @@ def test_torch_tensors_in_torch_tensor_out():
     y = matmul(ta, tb)
     assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.shape == (3, 37)
     _assert_close(y.view(torch.uint16).numpy().view(ml_dtypes.bfloat16), a, b.T, "bfloat16")
+    # split-K: the workspace is allocated by torch too; out= is written in place
+    for m in (1, 3):
+        a, b = _operands(m, 40, 1024, "float16", seed=14 + m)
+        out = torch.full((m, 40), float("nan"), dtype=torch.float16)
+        assert matmul(torch.from_numpy(a), torch.from_numpy(b), out=out) is out
+        _assert_close(out.numpy(), a, b.T, "float16")
 
 
 # -- misuse ---------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import tilesafe.core as tc
 from ..kernel import function as _device_function, kernel as _make_kernel
 from ..autotune import autotune
 from ..dtypes import DType, float32
-from ..host.factory import empty
+from ._outputs import Output
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -185,11 +185,11 @@ GEMV_CONFIGS = (
 )
 
 
-def _merge(parts_op: Any, out: Any, rows: int, count: int, n: int,
+def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,
            scales: Optional[tuple]) -> Any:
     """The second launch: the ``count`` slices of the workspace summed into ``out``."""
     def merge(result: Any) -> Any:
-        parts = result.z.unpartition().reshape(count, rows, n)
+        parts = workspace.tensor(result.z).reshape(count, rows, n)
         target = out.partition((rows, MERGE_COLUMNS))
         if scales is None:
             return merge_slices(target, parts)
@@ -208,10 +208,11 @@ def launches(a: Any, b_kn: Any, out: Any, scales: Optional[tuple], config: dict)
     elementwise = m == 1 and scales is None
     count = slices(n, k, bn, bk, int(config["waves"]))
     rows = 1 if elementwise else MMA_ROWS
-    if count == 1:
-        target = out.partition((rows, bn))
-    else:
-        target = empty((count * rows, n), dtype=float32, device=a.device).partition((rows, bn))
+    # the workspace is an output of the call: allocated by torch for a call with torch tensors
+    # (so that a torch graph capture holds it), else lazily by tilesafe
+    workspace = out if count == 1 else Output(None, (count * rows, n), float32, a.device,
+                                              name="workspace", op="matmul")
+    target = workspace.partition((rows, bn))
     a_slices = _k_slices(a, count)
     if elementwise:
         op = gemv(target, a_slices, _k_slices(b_kn.T, count), BK=bk)
@@ -221,7 +222,7 @@ def launches(a: Any, b_kn: Any, out: Any, scales: Optional[tuple], config: dict)
         op = skinny_mma_scaled(target, a_slices, _slices_kn(b_kn, count), *scales, BK=bk)
     if count == 1:
         return op
-    return _merge(op, out, rows, count, n, scales)
+    return _merge(op, workspace, out, rows, count, n, scales)
 
 
 @autotune(configs=SKINNY_CONFIGS, key=problem_key, kernels=(skinny_mma, skinny_mma_scaled,
