@@ -126,6 +126,15 @@ def test_persistent_launch():
     _assert_close(out.tensor(r.z.partition).numpy(), a, b.T, "bfloat16")
 
 
+def test_few_rows_many_columns_take_persistent_64_row_tiles():
+    """33 rows on 16900 columns: more 128 x 128 tiles than SMs, so persistent, in 64 x 128
+    tiles (the rows of a prefill chunk on a vocabulary projection)."""
+    a, b = _operands(33, 16900, 24, "float16", seed=10)
+    assert mm_module.path_of(33, 16900, ts.float16, False) == "persistent"
+    y = matmul(ts.tensor(a).sync(), ts.tensor(b).sync()).sync()
+    _assert_close(y.numpy(), a, b.T, "float16")
+
+
 # -- the 8-bit floats with scales ---------------------------------------------------------------
 
 SCALE_A, SCALE_B = 0.75, 2.0 ** -3

@@ -176,10 +176,15 @@ def _scale_args(scale_a: Any, scale_b: Any) -> tuple:
 def launch_persistent(a: Any, b_kn: Any, out: Output, scale_a: Any, scale_b: Any, *,
                       config: dict) -> DeviceOp:
     """The persistent launch (``min(tiles, SM_COUNT)`` programs). A 128 x 256 config whose
-    tiles would not cover every SM once falls back to 128 x 128 tiles."""
+    tiles would not cover every SM once falls back to 128 x 128 tiles; 64 rows or fewer take
+    64 x 128 tiles, 128 or fewer 128 x 128."""
     (m, _), n = a.shape, b_kn.shape[1]
     bm, bn, warps, cga = int(config["BM"]), int(config["BN"]), config["warps"], config["cga"]
     if bn > 128 and _tiles(m, n, bm, bn) < SM_COUNT:
+        bm, bn, warps = 128, 128, 4
+    if m <= 64 < bm:  # a few rows, many columns (a prefill chunk on a vocabulary projection):
+        bm, bn, warps = 64, 128, 4  # 64 x 256 tiles spill with one warpgroup (sm_90 cubin)
+    elif m <= 128 < bm:
         bm, bn, warps = 128, 128, 4
     programs = min(_tiles(m, n, bm, bn), SM_COUNT)
     programs = max(cga, programs // cga * cga)
