@@ -55,7 +55,7 @@ def _module():
     return importlib.import_module("tilesafe.kernels.matmul")
 
 
-# -- problems ---------------------------------------------------------------------------------------
+# -- problems -------------------------------------------------------------------------------------
 
 class _Problem:
     """One product: a (M, K), ``count`` copies of the weight (N, K) (rotated, to overflow L2),
@@ -211,7 +211,7 @@ def _search(problem: _Problem, stream: Any, reps: int, search_rows: list, unit: 
                                  value_of(ms), unit, reference, ref_value))
 
 
-# -- the three measurements ---------------------------------------------------------------------
+# -- the three measurements -----------------------------------------------------------------------
 
 def _gemm(problem: _Problem, stream: Any, rows: list, search_rows: list, skipped: dict,
           bench: str, reference: str) -> dict:
@@ -305,7 +305,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
     return rows
 
 
-# -- without a GPU ------------------------------------------------------------------------------------
+# -- without a GPU --------------------------------------------------------------------------------
 
 def cpu_check() -> None:
     """Every path on torch's CPU tensors (the interpreter), small, against float64; and M = 1

@@ -126,6 +126,16 @@ def test_persistent_launch():
     _assert_close(out.tensor(r.z.partition).numpy(), a, b.T, "bfloat16")
 
 
+def test_one_row_through_the_mma_path():
+    """M = 1 also runs on the mma path (the benchmark times it beside the elementwise GEMV)."""
+    a, b = _operands(1, 40, 1024, "float16", seed=15)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = Output(None, (1, 40), ts.float16, at.device)
+    r = skinny.launch_skinny(at, bt.T, out, None, None).sync()
+    assert r.z.tile_shape == (skinny.MMA_ROWS, skinny.MERGE_COLUMNS)  # the merge's tiles
+    _assert_close(out.tensor(r.z).numpy(), a, b.T, "float16")
+
+
 def test_few_rows_many_columns_take_persistent_64_row_tiles():
     """33 rows on 16900 columns: more 128 x 128 tiles than SMs, so persistent, in 64 x 128
     tiles (the rows of a prefill chunk on a vocabulary projection)."""
@@ -141,7 +151,9 @@ SCALE_A, SCALE_B = 0.75, 2.0 ** -3
 
 
 def _scales():
-    return (ts.tensor(np.float32(SCALE_A)).sync(), ts.tensor(np.array([SCALE_B], np.float32)).sync())
+    """The two scales, one of shape () and one of shape (1,)."""
+    return (ts.tensor(np.float32(SCALE_A)).sync(),
+            ts.tensor(np.array([SCALE_B], np.float32)).sync())
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 40, 1024), (3, 37, 99), (33, 40, 99)])

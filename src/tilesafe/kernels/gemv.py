@@ -69,33 +69,37 @@ def _slice_dot(x, w, s, j, BN, BK):
 
 
 @_device_function
-def _scale(scale_a, scale_b):
+def scale_product(scale_a, scale_b):
     """The product of the two per-tensor scales, as a (1, 1) f32 tile."""
     one = (1,)
     return (scale_a.partition(one).load((0,)) * scale_b.partition(one).load((0,))).reshape((1, 1))
 
 
-def _skinny_mma(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
-                b: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
+@_make_kernel(examples=[{"T": tc.f16, "TO": tc.f16, "BM": 16, "BN": 64, "BK": 256}])
+def skinny_mma(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
+               b: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
     s, j, _ = tc.get_tile_block_id()
     z.store(_slice_product(a, b, s, j, BM, BN, BK).astype(z.dtype))
 
 
-def _skinny_mma_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
-                       b: tc.Tensor["T", (-1, -1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
-                       scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
+@_make_kernel(examples=[{"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 16, "BN": 64, "BK": 256}])
+def skinny_mma_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
+                      b: tc.Tensor["T", (-1, -1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
+                      scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
     s, j, _ = tc.get_tile_block_id()
     acc = _slice_product(a, b, s, j, BM, BN, BK)
-    z.store((acc * _scale(scale_a, scale_b)).astype(z.dtype))
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
-def _gemv(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, 1, -1)],
-          w: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 32, "BK": 256}])
+def gemv(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, 1, -1)],
+         w: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
     s, j, _ = tc.get_tile_block_id()
     z.store(_slice_dot(x, w, s, j, BN, BK).astype(z.dtype))
 
 
-def _merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)]):
+@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS}])
+def merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)]):
     i, j, _ = tc.get_tile_block_id()
     pp = parts.partition((1, BM, BN))
     acc = tc.zeros((BM, BN), tc.f32)
@@ -104,27 +108,16 @@ def _merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, 
     z.store(acc.astype(z.dtype))
 
 
-def _merge_slices_scaled(z: tc.MutTensor["TO", ("BM", "BN")],
-                         parts: tc.Tensor[tc.f32, (-1, -1, -1)],
-                         scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)]):
+@_make_kernel(examples=[{"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS}])
+def merge_slices_scaled(z: tc.MutTensor["TO", ("BM", "BN")],
+                        parts: tc.Tensor[tc.f32, (-1, -1, -1)],
+                        scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)]):
     i, j, _ = tc.get_tile_block_id()
     pp = parts.partition((1, BM, BN))
     acc = tc.zeros((BM, BN), tc.f32)
     for s in range(tc.num_tiles(pp, 0)):
         acc = acc + pp.load((s, i, j)).reshape((BM, BN))
-    z.store((acc * _scale(scale_a, scale_b)).astype(z.dtype))
-
-
-skinny_mma = _make_kernel(_skinny_mma, examples=[
-    {"T": tc.f16, "TO": tc.f16, "BM": 16, "BN": 64, "BK": 256}])
-skinny_mma_scaled = _make_kernel(_skinny_mma_scaled, examples=[
-    {"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 16, "BN": 64, "BK": 256}])
-gemv = _make_kernel(_gemv, examples=[
-    {"T": tc.bf16, "TO": tc.bf16, "BN": 32, "BK": 256}])
-merge_slices = _make_kernel(_merge_slices, examples=[
-    {"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS}])
-merge_slices_scaled = _make_kernel(_merge_slices_scaled, examples=[
-    {"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS}])
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
 # -- planning -----------------------------------------------------------------------------------
@@ -197,15 +190,17 @@ def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int,
     return parts_op.then(merge)
 
 
-def launches(a: Any, b_kn: Any, out: Any, scales: Optional[tuple], config: dict) -> Any:
+def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: dict, *,
+             elementwise: bool) -> Any:
     """The skinny path's launches for ``a`` (M, K) with M <= 16, ``b_kn`` a (K, N) tensor (a
     view of the weight), ``out`` the call's :class:`~tilesafe.kernels._outputs.Output` (M, N),
-    ``scales`` None or the two (1,) f32 scale tensors: a DeviceOp whose result is the last
-    launch's named tuple (``.z``: the output's partition)."""
+    ``scales`` None or the two (1,) f32 scale tensors, ``elementwise`` for the M = 1 GEMV
+    (else mma): a DeviceOp whose result is the last launch's named tuple (``.z``: the output's
+    partition). ``config["BK"]`` counts 16-bit elements: the 8-bit floats take twice as many,
+    the same bytes."""
     m, k = a.shape
     n = b_kn.shape[1]
-    bn, bk = int(config["BN"]), int(config["BK"])
-    elementwise = m == 1 and scales is None
+    bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
     count = slices(n, k, bn, bk, int(config["waves"]))
     rows = 1 if elementwise else MMA_ROWS
     # the workspace is an output of the call: allocated by torch for a call with torch tensors
@@ -232,7 +227,7 @@ def launch_skinny(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
                   config: dict) -> Any:
     """M = 2-16 (any M <= 16 for the 8-bit floats): the mma path (see :func:`launches`)."""
     scales = None if scale_a is None else (scale_a, scale_b)
-    return launches(a, b_kn, out, scales, config)
+    return launches(a, b_kn, out, scales, config, elementwise=False)
 
 
 @autotune(configs=GEMV_CONFIGS, key=problem_key, kernels=(gemv, merge_slices),
@@ -240,7 +235,7 @@ def launch_skinny(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
 def launch_gemv(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
                 config: dict) -> Any:
     """M = 1, f16/bf16: the elementwise path (see :func:`launches`)."""
-    return launches(a, b_kn, out, None, config)
+    return launches(a, b_kn, out, None, config, elementwise=True)
 
 
 def uses_gemv(m: int, dtype: DType, scaled: bool) -> bool:

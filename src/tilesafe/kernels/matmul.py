@@ -11,11 +11,11 @@ Three paths, chosen by the shape on the host (each tuned by ``tilesafe.autotune`
 
 * M <= 16 (a decode step): the skinny path of ``kernels.gemv``, where the weight is read once
   at memory bandwidth (split-K when the column blocks alone are too few for the SMs);
-* fewer 128 x 128 output tiles than SMs: one output tile per program (``_tiled``), tiles sized
-  so that the grid fills the GPU;
+* fewer 128 x 128 output tiles than SMs: one output tile per program (``matmul_tiled``),
+  tiles sized so that the grid fills the GPU;
 * otherwise persistent: one program per SM walking bands of ``GROUP_ROWS`` tile rows column
-  by column (``_persistent``, a ``MappedPartitionMut``), so that the programs running at once
-  share their A and B tiles in L2.
+  by column (``matmul_persistent``, a ``MappedPartitionMut``), so that the programs running
+  at once share their A and B tiles in L2.
 
 Edge tiles need no care from the caller: tile loads pad with zeros past the extents (which add
 nothing to a dot product) and stores are masked.
@@ -39,6 +39,7 @@ from ..errors import ArgumentError
 from ..host.lazy import not_run_yet
 from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
+from .gemv import scale_product
 from ._outputs import Output
 from ._torch import accepts_torch
 
@@ -65,42 +66,36 @@ def _tile_product(pa, pb, m, n, BM, BN):
     return acc
 
 
-@_device_function
-def _scales(scale_a, scale_b):
-    """The product of the two per-tensor scales, as a (1, 1) f32 tile."""
-    one = (1,)
-    return (scale_a.partition(one).load((0,)) * scale_b.partition(one).load((0,))).reshape((1, 1))
-
-
-def _tiled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
-           b: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
+def matmul_tiled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
+                 b: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
     i, j, _ = tc.get_tile_block_id()
     acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
     z.store(acc.astype(z.dtype))
 
 
-def _tiled_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
-                  b: tc.Tensor["T", (-1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
-                  scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
+def matmul_tiled_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
+                        b: tc.Tensor["T", (-1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
+                        scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
     i, j, _ = tc.get_tile_block_id()
     acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
-    z.store((acc * _scales(scale_a, scale_b)).astype(z.dtype))
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
-def _persistent(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"], a: tc.Tensor["T", (-1, -1)],
-                b: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
+def matmul_persistent(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
+                      a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
+                      BK: tc.Const[int]):
     pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
     for idx in z.iter_indices():
         m, n = idx.coords()
         z.store(_tile_product(pa, pb, m, n, BM, BN).astype(z.dtype), idx)
 
 
-def _persistent_scaled(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
-                       a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
-                       scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)],
-                       BK: tc.Const[int]):
+def matmul_persistent_scaled(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
+                             a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
+                             scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)],
+                             BK: tc.Const[int]):
     pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
-    scale = _scales(scale_a, scale_b)
+    scale = scale_product(scale_a, scale_b)
     for idx in z.iter_indices():
         m, n = idx.coords()
         z.store((_tile_product(pa, pb, m, n, BM, BN) * scale).astype(z.dtype), idx)
@@ -108,9 +103,11 @@ def _persistent_scaled(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
 
 _EXAMPLE = {"T": tc.f16, "TO": tc.f16, "BM": 128, "BN": 128, "BK": 64}
 _EXAMPLE_F8 = {"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 128, "BN": 128, "BK": 128}
-_FUNCTIONS = {("tiled", False): (_tiled, _EXAMPLE), ("tiled", True): (_tiled_scaled, _EXAMPLE_F8),
-              ("persistent", False): (_persistent, {**_EXAMPLE, "G": (GROUP_ROWS, 1)}),
-              ("persistent", True): (_persistent_scaled, {**_EXAMPLE_F8, "G": (GROUP_ROWS, 1)})}
+_FUNCTIONS = {
+    ("tiled", False): (matmul_tiled, _EXAMPLE),
+    ("tiled", True): (matmul_tiled_scaled, _EXAMPLE_F8),
+    ("persistent", False): (matmul_persistent, {**_EXAMPLE, "G": (GROUP_ROWS, 1)}),
+    ("persistent", True): (matmul_persistent_scaled, {**_EXAMPLE_F8, "G": (GROUP_ROWS, 1)})}
 _KERNELS: dict = {}  # (style, scaled, warps, cga) -> kernel: the cache of hinted kernels
 
 
@@ -307,13 +304,13 @@ def _out_dtype(out_dtype: Any, default: DType, op: str, where: Any) -> DType:
     return dtype
 
 
-def _scale(value: Any, name: str, device: Any, op: str, where: Any) -> Tensor:
+def _scale_tensor(value: Any, name: str, device: Any, op: str, where: Any) -> Tensor:
     t = _tensor(value, name, op, where)
     if t.dtype != float32 or t.size != 1 or t.ndim > 1:
         raise ArgumentError(f"{op}: {name} is {t.dtype.name} of shape {t.shape}; it needs one "
                             "float32 value, shape () or (1,)", where,
-                            hint=f"pass the per-tensor scale as ts.tensor(np.float32(s)) on "
-                            "the device")
+                            hint=f"pass the per-tensor scale as a float32 tensor on {device}, "
+                            "e.g. ts.tensor(np.float32(s), device=...)")
     if str(t.device) != str(device):
         raise ArgumentError(f"{op}: {name} is on {t.device}, the operands on {device}", where,
                             hint=f"move {name} to {device}")
@@ -395,7 +392,7 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str =
     """
     where = caller_location()
     a2, b_kn, lead = _operands(a, b, b_layout, SCALED_DTYPES, "scaled_matmul", where)
-    scales = tuple(_scale(s, name, a2.device, "scaled_matmul", where)
+    scales = tuple(_scale_tensor(s, name, a2.device, "scaled_matmul", where)
                    for s, name in ((scale_a, "scale_a"), (scale_b, "scale_b")))
     dtype = _out_dtype(out_dtype, bfloat16, "scaled_matmul", where)
     return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales)
