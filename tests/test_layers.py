@@ -55,9 +55,6 @@ ALLOWED = {
             "pipeline", "kernel", "autotune", "kernels", "models", "top"},
 }
 EXCEPTIONS: set[tuple[str, str]] = set()  # (importer, imported) allowed to go up: none
-#: layers that may use the device language (``tilesafe.core``: it imports only the compiler and
-#: the base), although it is exported at the top: the kernel library is written in it
-DEVICE_LANGUAGE_USERS = {"kernels"}
 
 
 def module_name(path: Path) -> str:
@@ -118,8 +115,6 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         me = module_name(path)
         mine = layer_of(me)
         for line, other in imports(path, top_level_only=False):
-            if other == "tilesafe.core" and mine in DEVICE_LANGUAGE_USERS:
-                continue
             if layer_of(other) not in ALLOWED[mine] and (me, other) not in EXCEPTIONS:
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {mine} imports {other} "
                              f"({layer_of(other)})")
