@@ -12,3 +12,8 @@ Layer: above ``kernel`` and ``autotune``; may import every layer below the publi
 from __future__ import annotations
 
 __all__: list[str] = []
+
+from .attention import flash_attention  # noqa: E402
+from .decode_attention import decode_attention  # noqa: E402
+
+__all__ += ["flash_attention", "decode_attention"]
