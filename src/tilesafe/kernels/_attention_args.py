@@ -34,8 +34,8 @@ def check_tensor(op: str, name: str, value: Any, rank: int, layout: str) -> Tens
     """``value`` as a tensor of ``rank`` dimensions (``layout`` names them in the message)."""
     if not isinstance(value, Tensor):
         raise fail(op, f"{name} must be a tilesafe tensor {layout}, got {type(value).__name__}",
-                   f"pass a ts.Tensor (run a lazy op with .sync() first, or import with "
-                   f"ts.from_dlpack)")
+                   "pass a ts.Tensor (run a lazy op with .sync() first, or import with "
+                   "ts.from_dlpack)")
     if value.ndim != rank:
         raise fail(op, f"{name} must have {rank} dimensions {layout}, got shape "
                    f"{tuple(value.shape)}", f"reshape {name} to {layout}")

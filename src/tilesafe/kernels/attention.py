@@ -104,7 +104,7 @@ def _launch_flash(q3: Tensor, k3: Tensor, v3: Tensor, out: Any, shape: tuple, ca
     part = args.output_partition(OP, out, shape, q3.shape, (1, bm, d), q3.dtype, q3.device)
     launch = flash_attention_kernel(part, q3, k3, v3, qk_scale, q_heads, kv_heads, BN=bn,
                                     CAUSAL=bool(causal))
-    return launch.map(lambda r: out if out is not None else r.o.unpartition().reshape(shape))
+    return launch.then(lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,

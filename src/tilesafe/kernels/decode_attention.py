@@ -173,7 +173,7 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
         return decode_attention_merge_kernel(target, result.o.unpartition(),
                                              result.lse.unpartition())
 
-    return partial.then(merge).map(
+    return partial.then(merge).then(
         lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
