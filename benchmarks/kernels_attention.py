@@ -82,10 +82,10 @@ def _sdpa(F: Any, q: Any, k: Any, v: Any, causal: bool) -> Callable[[], Any]:
 
 
 def flash_launch(o3: Any, q3: Any, k3: Any, v3: Any, qk_scale: float, kv_heads: int,
-                 bm: int, bn: int, causal: bool) -> Any:
+                 bm: int, bn: int, causal: bool, hints: Any = None) -> Any:
     """The launch ``flash_attention`` makes, for flattened ``(batch*heads, S, d)`` tensors
     (recordable into a graph: no result step)."""
-    return prefill_module.flash_attention_kernel(
+    return prefill_module.kernel_for(hints)(
         ts.borrow_mut(o3).partition((1, bm, q3.shape[-1])), q3, k3, v3, qk_scale, Q_HEADS,
         kv_heads, BN=bn, CAUSAL=causal)
 
@@ -96,7 +96,7 @@ def decode_launches(o3: Any, parts: Any, lses: Any, q3: Any, k3: Any, v3: Any, s
     ``parts`` ``(programs, splits*G, d)`` and ``lses`` ``(programs, splits*G, 1)``; the
     second is made when the first has been driven or recorded (it reads what the first
     writes)."""
-    g, d = attention_args.next_power_of_two(q3.shape[1]), q3.shape[-1]
+    g, d = decode_module.group_rows(q3.shape[1]), q3.shape[-1]
     yield decode_module.decode_attention_partial_kernel(
         ts.borrow_mut(parts).partition((1, g, d)), ts.borrow_mut(lses).partition((1, g, 1)),
         q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
@@ -139,12 +139,13 @@ def _prefill(rows: list, plots: dict, device: str, stream: Any, ts_stream: Any, 
     for config in (configs[:1] if quick else configs):
         bm = prefill_module._tile(config["BM"], seq)
         bn = prefill_module._tile(config["BN"], seq)
-        name = f"tilesafe {bm}x{bn}"
+        hints = config.get("hints")
+        name = f"tilesafe {bm}x{bn}" + "".join(f",{k}={v}" for k, v in (hints or {}).items())
         if name in runs:
             continue
 
-        def launch(bm=bm, bn=bn):
-            return flash_launch(o3, q3, k3, v3, qk_scale, kv_heads, bm, bn, causal)
+        def launch(bm=bm, bn=bn, hints=hints):
+            return flash_launch(o3, q3, k3, v3, qk_scale, kv_heads, bm, bn, causal, hints)
         h.poison(ov)
         launch().sync_on(ts_stream)
         _check(name, ov, want)
@@ -204,7 +205,7 @@ def _decode(rows: list, plots: dict, device: str, stream: Any, ts_stream: Any, b
     programs = batch * kv_heads
     splits = decode_module.choose_splits(programs, length, block,
                                          decode_module.sm_count(q.device))
-    g = attention_args.next_power_of_two(group)
+    g = decode_module.group_rows(group)
     parts = ts.empty((programs, splits * g, d), ts.float32, device=device).sync()
     lses = ts.empty((programs, splits * g, 1), ts.float32, device=device).sync()
     o3 = o.reshape((programs, group, d))

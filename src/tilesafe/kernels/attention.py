@@ -82,6 +82,20 @@ def flash_attention_kernel(o: tc.MutTensor["T", (1, "BM", "D")],
     o.store((acc * (1.0 / total)).astype(T).reshape((1, BM, D)))
 
 
+_VARIANTS: dict = {}
+
+
+def kernel_for(hints: Optional[dict]) -> Any:
+    """:func:`flash_attention_kernel`, or its variant compiled with ``hints`` (kernel-wide
+    Tile IR hints a tuning config may carry, e.g. ``{"occupancy": 2}``)."""
+    if not hints:
+        return flash_attention_kernel
+    key = tuple(sorted(hints.items()))
+    if key not in _VARIANTS:
+        _VARIANTS[key] = kernel(flash_attention_kernel.fn, hints={"default": dict(hints)})
+    return _VARIANTS[key]
+
+
 def _tile(configured: int, length: int) -> int:
     """A configured tile length, shortened for a short sequence (never below 64 rows, which
     keeps the specializations few)."""
@@ -94,7 +108,11 @@ def _flash_key(q3: Tensor, k3: Tensor, v3: Tensor, out: Any, shape: tuple, causa
             q_heads // kv_heads)
 
 
-@autotune(configs=[{"BM": 128, "BN": 64}, {"BM": 128, "BN": 128}, {"BM": 64, "BN": 64},
+# (sm_90 cubins: 128x64 fits 253-254 registers with no stack at d 64 and 128; 128x128 and
+# occupancy 2 spill at d 128, 128x128 only with 8 warps at d 64)
+@autotune(configs=[{"BM": 128, "BN": 64}, {"BM": 128, "BN": 128},
+                   {"BM": 128, "BN": 128, "hints": {"num_worker_warps_per_cta": 8}},
+                   {"BM": 64, "BN": 64}, {"BM": 128, "BN": 64, "hints": {"occupancy": 2}},
                    {"BM": 64, "BN": 128}],
           key=_flash_key, kernels=(flash_attention_kernel,), name="tilesafe.flash_attention")
 def _launch_flash(q3: Tensor, k3: Tensor, v3: Tensor, out: Any, shape: tuple, causal: bool,
@@ -102,8 +120,8 @@ def _launch_flash(q3: Tensor, k3: Tensor, v3: Tensor, out: Any, shape: tuple, ca
     d = q3.shape[-1]
     bm, bn = _tile(config["BM"], q3.shape[1]), _tile(config["BN"], k3.shape[1])
     part = args.output_partition(OP, out, shape, q3.shape, (1, bm, d), q3.dtype, q3.device)
-    launch = flash_attention_kernel(part, q3, k3, v3, qk_scale, q_heads, kv_heads, BN=bn,
-                                    CAUSAL=bool(causal))
+    launch = kernel_for(config.get("hints"))(part, q3, k3, v3, qk_scale, q_heads, kv_heads,
+                                             BN=bn, CAUSAL=bool(causal))
     return launch.then(lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 

@@ -3,7 +3,8 @@ the cache length of each sequence read on the device (``seq_lens``, which a CUDA
 changes every token), split across programs along the keys (split-K) and merged safely.
 
 Two kernels. ``decode_attention_partial_kernel``: program ``(b*kv_heads + h, split)`` takes
-all the query heads of key/value head ``h`` (the GQA group is the M dimension of its mma) and
+all the query heads of key/value head ``h`` (the GQA group, padded to at least 16 rows, is the
+M dimension of its mma) and
 its share of the sequence's key tiles (the tiles are dealt out from the device's length, so
 the work follows the real length, not the cache's capacity), and writes into the scratch tiles
 it owns its normalized partial output and the log2-sum-exp of its scores (``-inf`` and zeros
@@ -34,6 +35,9 @@ DEFAULT_SM_COUNT = 132
 PROGRAMS_PER_SM = 2
 #: the most splits the heuristic picks (each split reads at least one key tile)
 MAX_SPLITS = 64
+#: the fewest query rows an mma gets (the group is padded with zero rows): with 4 rows the
+#: sm_90 cubin spills 1 KB a thread at BN 64, with 16 it keeps to registers
+MIN_GROUP_ROWS = 16
 
 
 @kernel(examples=[{"G": 4, "D": 128, "BN": 64, "T": tc.f16},
@@ -145,12 +149,20 @@ def choose_splits(programs: int, max_len: int, block: int, sms: int) -> int:
     return max(1, min(wanted, -(-max_len // block), MAX_SPLITS))
 
 
+def group_rows(group: int) -> int:
+    """The mma rows (a power of two, at least :data:`MIN_GROUP_ROWS`) for ``group`` query
+    heads per key/value head."""
+    return max(MIN_GROUP_ROWS, args.next_power_of_two(group))
+
+
 def _decode_key(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any, shape: tuple,
                 qk_scale: float, kv_heads: int, num_splits: Optional[int]) -> tuple:
     return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k3.shape[1], 8192) > 2048)
 
 
-@autotune(configs=[{"BN": 64}, {"BN": 128}, {"BN": 32}], key=_decode_key,
+# (sm_90, d 128, 16 rows: BN 64 uses 255 registers and 8 stack bytes, BN 32 204 and none,
+# BN 128 spills 416 bytes)
+@autotune(configs=[{"BN": 64}, {"BN": 32}, {"BN": 128}], key=_decode_key,
           kernels=(decode_attention_partial_kernel, decode_attention_merge_kernel),
           name="tilesafe.decode_attention")
 def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any,
@@ -160,7 +172,7 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
     max_len = k3.shape[1]
     block = config["BN"]
     splits = num_splits or choose_splits(programs, max_len, block, sm_count(q3.device))
-    g = args.next_power_of_two(group)
+    g = group_rows(group)
     parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
                    op=OP).partition((1, g, d))
     lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
