@@ -386,16 +386,18 @@ def test_a_synchronize_hands_back_every_borrowed_item_and_raises_the_first_error
 
 def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monkeypatch):
     """Two plans of one kernel never share a record (a report reaches the launch that made
-    it); a dropped plan's record memory goes back, zeroed, to its device's pool."""
+    it), though records come in slabs of one page-locked allocation; a dropped plan's record
+    memory goes back, zeroed, to its device's pool."""
     import gc
 
     from tilesafe.backends.tileir import faults
 
     made = []
 
-    class Mapped(_Words):
+    class Mapped:
         def __init__(self, index, count):
-            super().__init__()
+            self.words = np.zeros(count, np.int64)
+            self.address = 1 << 20
             made.append(self)
     monkeypatch.setattr(faults.cuda, "MappedWords", Mapped)
     monkeypatch.setattr(faults, "_FREE", {})
@@ -403,13 +405,17 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
                       1)
     records = faults.FaultRecords(ir, 0)
     first, second = records.new(), records.new()
-    assert first._memory is not second._memory and len(made) == 2
+    assert first._memory is not second._memory and len(made) == 1  # one slab of records
+    assert abs(first.address - second.address) == 8 * FAULT_WORDS  # distinct words
+    first._memory.words[:] = 5
+    assert not second._memory.words.any()
+    first._memory.words[:] = 0
     memory = first._memory
     memory.words[WORD_SITE] = 1  # a report nobody read before the plan was dropped
     del first
     gc.collect()
     third = records.new()
-    assert third._memory is memory and not memory.words.any() and len(made) == 2
+    assert third._memory is memory and not memory.words.any() and len(made) == 1
     assert second.take() is None and third.take() is None
 
 

@@ -111,7 +111,7 @@ def test_a_call_with_out_records_into_a_graph(m):
     a, b = _operands(m, 37, 99, "float16", seed=20 + m)
     at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
     out = ts.zeros((m, 37), dtype=ts.float16).sync()
-    stream = ts.Stream("cpu")
+    stream = ts.Stream(out.device)
     with ts.CudaGraph.scope(stream) as graph:
         graph.record(matmul(at, bt, out=out))
     assert np.all(out.numpy() == 0)  # recorded, not run

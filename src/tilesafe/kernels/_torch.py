@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
-from ..driver.stream import Stream, next_stream
+from ..driver.stream import Stream, next_stream, set_current_stream
 from ..dtypes import DType
 from ..errors import ArgumentError
 from ..host.interop import from_dlpack
@@ -117,13 +117,18 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
     capturing = stream is not None and torch.cuda.is_current_stream_capturing()
     if stream is not None and not capturing:  # (an event query would end torch's capture)
         stream.release_completed()
+    runs_on = stream if stream is not None else next_stream("cpu")
     token = ALLOCATOR.set(allocate)
+    # built as a step of work on the stream it runs on: earlier work on that stream (the
+    # previous call that wrote this call's input) does not block the new launch's loans
+    saved = set_current_stream(runs_on)
     try:
         op = fn(*(imported(a) for a in args), **{k: imported(v) for k, v in kwargs.items()})
     finally:
+        set_current_stream(saved)
         ALLOCATOR.reset(token)
     if stream is None:  # torch's cpu device: the interpreter runs the launch now
-        result = op._drive(next_stream("cpu"), where)
+        result = op._drive(runs_on, where)
     else:
         result = op._enqueue(stream, where)
         if capturing:

@@ -101,12 +101,31 @@ _FREE: dict[int, list] = {}  # device index -> the memory of dropped records, ze
 _FREE_LOCK = threading.Lock()
 
 
+#: records per page-locked allocation: a launch plan takes one, and allocating page-locked
+#: memory is slow and not allowed while a CUDA graph is being captured on the device (a
+#: library call made inside a torch graph capture binds a new plan), so records come in slabs
+SLAB = 256
+
+
+class _Slice:
+    """``FAULT_WORDS`` words of a slab (what a record writes: ``address``, ``words``); keeps
+    the slab alive."""
+
+    __slots__ = ("slab", "address", "words")
+
+    def __init__(self, slab: Any, at: int):
+        self.slab = slab
+        self.address = slab.address + at * 8
+        self.words = slab.words[at:at + FAULT_WORDS]
+
+
 def _take(index: int) -> Any:
     with _FREE_LOCK:
         free = _FREE.setdefault(index, [])
-        if free:
-            return free.pop()
-    return cuda.MappedWords(index, FAULT_WORDS)
+        if not free:
+            slab = cuda.MappedWords(index, FAULT_WORDS * SLAB)
+            free.extend(_Slice(slab, i * FAULT_WORDS) for i in range(SLAB - 1, -1, -1))
+        return free.pop()
 
 
 def _give_back(index: int, memory: Any) -> None:
