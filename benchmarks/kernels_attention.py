@@ -91,13 +91,14 @@ def flash_launch(o3: Any, q3: Any, k3: Any, v3: Any, qk_scale: float, kv_heads: 
 
 
 def decode_launches(o3: Any, parts: Any, lses: Any, q3: Any, k3: Any, v3: Any, seq_lens: Any,
-                    qk_scale: float, kv_heads: int, block: int) -> Iterator[Any]:
+                    qk_scale: float, kv_heads: int, block: int,
+                    hints: Any = None) -> Iterator[Any]:
     """The two launches ``decode_attention`` makes, into caller-made scratch tensors
     ``parts`` ``(programs, splits*G, d)`` and ``lses`` ``(programs, splits*G, 1)``; the
     second is made when the first has been driven or recorded (it reads what the first
     writes)."""
     g, d = decode_module.group_rows(q3.shape[1]), q3.shape[-1]
-    yield decode_module.decode_attention_partial_kernel(
+    yield decode_module._partial_for(hints)(
         ts.borrow_mut(parts).partition((1, g, d)), ts.borrow_mut(lses).partition((1, g, 1)),
         q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
     yield decode_module.decode_attention_merge_kernel(
@@ -201,30 +202,35 @@ def _decode(rows: list, plots: dict, device: str, stream: Any, ts_stream: Any, b
     decode_attention(q, k, v, seq_lens, out=o).sync_on(ts_stream)
     _check(f"decode_attention b{batch} kv{length}", ov, want)
 
-    block = decode_module._launch_decode.configs[0]["BN"]
     programs = batch * kv_heads
-    splits = decode_module.choose_splits(programs, length, block,
-                                         decode_module.sm_count(q.device))
     g = decode_module.group_rows(group)
-    parts = ts.empty((programs, splits * g, d), ts.float32, device=device).sync()
-    lses = ts.empty((programs, splits * g, 1), ts.float32, device=device).sync()
     o3 = o.reshape((programs, group, d))
     qk_scale = d ** -0.5 * attention_args.LOG2E
     flat = [(q_.reshape((programs, group, d)), k_.reshape((programs, length, d)),
              v_.reshape((programs, length, d))) for q_, _, k_, _, v_, _ in inputs]
-
-    def launches(index):
-        q3, k3, v3 = flat[index % sets]
-        return decode_launches(o3, parts, lses, q3, k3, v3, seq_lens, qk_scale, kv_heads,
-                               block)
-
-    h.poison(ov)
-    for op in launches(0):
-        op.sync_on(ts_stream)
-    _check("decode kernels", ov, want)
     reps = h.repetitions(cache_bytes / 2.5e12)
-    runs = {"tilesafe": h.tilesafe_graph(
-        ts_stream, lambda: (op for i in range(reps) for op in launches(i)))}
+    configs = decode_module._launch_decode.configs
+    runs, split_of = {}, {}
+    for index, config in enumerate(configs[:1] if quick else configs):
+        block, hints = config["BN"], config.get("hints")
+        splits = decode_module.choose_splits(programs, length, block,
+                                             decode_module.sm_count(q.device))
+        parts = ts.empty((programs, splits * g, d), ts.float32, device=device).sync()
+        lses = ts.empty((programs, splits * g, 1), ts.float32, device=device).sync()
+
+        def launches(i, block=block, hints=hints, parts=parts, lses=lses):
+            q3, k3, v3 = flat[i % sets]
+            return decode_launches(o3, parts, lses, q3, k3, v3, seq_lens, qk_scale, kv_heads,
+                                   block, hints)
+
+        h.poison(ov)
+        for op in launches(0):
+            op.sync_on(ts_stream)
+        _check(f"decode kernels {config}", ov, want)
+        name = "tilesafe" if index == 0 else "tilesafe " + _config_label(config)
+        split_of[name] = splits
+        runs[name] = h.tilesafe_graph(
+            ts_stream, lambda launches=launches: (op for i in range(reps) for op in launches(i)))
     sdpa_by_set = [_sdpa(F, s[1][:, :, None], s[3], s[5], False) for s in inputs]
     copies = [(torch.empty_like(s[3]), torch.empty_like(s[5])) for s in inputs]
 
@@ -241,18 +247,25 @@ def _decode(rows: list, plots: dict, device: str, stream: Any, ts_stream: Any, b
     runs["copy"] = h.torch_graph(stream, copy_body)
     timed = h.interleaved_ms(runs, stream, rounds=11 if quick else 21)
     seconds = {n: t[0] * 1e-3 / reps for n, t in timed.items()}
-    ours_bw = cache_bytes / seconds["tilesafe"] / 1e9
     copy_bw = 2 * cache_bytes / seconds["copy"] / 1e9
     size = f"b{batch} kv{length}"
-    rows.append(h.Row("decode_attention", "f16", size, f"tilesafe (splits {splits})", ours_bw,
-                      "GB/s", "copy", copy_bw))
-    rows.append(h.Row("decode_attention_time", "f16", size, f"tilesafe (splits {splits})",
-                      seconds["tilesafe"] * 1e6, "us", "sdpa", seconds["sdpa"] * 1e6,
-                      lower_is_better=True))
-    plots.setdefault(f"batch {batch}", []).append((length, ours_bw / copy_bw))
-    print(f"  decode_attention {size}: {ours_bw:.0f} GB/s ({ours_bw / copy_bw:.2f} of copy "
-          f"{copy_bw:.0f}), {seconds['tilesafe'] * 1e6:.1f} us vs sdpa "
-          f"{seconds['sdpa'] * 1e6:.1f} us, splits {splits}", flush=True)
+    for name, splits in split_of.items():
+        ours_bw = cache_bytes / seconds[name] / 1e9
+        rows.append(h.Row("decode_attention", "f16", size, f"{name} (splits {splits})",
+                          ours_bw, "GB/s", "copy", copy_bw))
+        rows.append(h.Row("decode_attention_time", "f16", size, f"{name} (splits {splits})",
+                          seconds[name] * 1e6, "us", "sdpa", seconds["sdpa"] * 1e6,
+                          lower_is_better=True))
+        if name == "tilesafe":
+            plots.setdefault(f"batch {batch}", []).append((length, ours_bw / copy_bw))
+        print(f"  decode_attention {size} {name}: {ours_bw:.0f} GB/s ({ours_bw / copy_bw:.2f} "
+              f"of copy {copy_bw:.0f}), {seconds[name] * 1e6:.1f} us vs sdpa "
+              f"{seconds['sdpa'] * 1e6:.1f} us, splits {splits}", flush=True)
+
+
+def _config_label(config: dict) -> str:
+    hints = config.get("hints") or {}
+    return f"BN{config['BN']}" + "".join(f" {k}={v}" for k, v in hints.items())
 
 
 def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:

@@ -160,9 +160,27 @@ def _decode_key(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any, 
     return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k3.shape[1], 8192) > 2048)
 
 
+_PARTIAL_VARIANTS: dict = {}
+
+
+def _partial_for(hints: Optional[dict]) -> Any:
+    """The partial kernel, or its variant compiled with per-architecture ``hints`` (a tuning
+    config's ``{"occupancy": 2}``...), made once."""
+    if not hints:
+        return decode_attention_partial_kernel
+    key = tuple(sorted(hints.items()))
+    found = _PARTIAL_VARIANTS.get(key)
+    if found is None:
+        found = _PARTIAL_VARIANTS[key] = kernel(decode_attention_partial_kernel.fn,
+                                                hints={"default": dict(hints)})
+    return found
+
+
 # (sm_90, d 128, 16 rows: BN 64 uses 255 registers and 8 stack bytes, BN 32 204 and none,
-# BN 128 spills 416 bytes)
-@autotune(configs=[{"BN": 64}, {"BN": 32}, {"BN": 128}], key=_decode_key,
+# BN 128 spills 416 bytes; without an occupancy hint tileiras plans one CTA per SM)
+@autotune(configs=[{"BN": 64}, {"BN": 32}, {"BN": 128}, {"BN": 32, "hints": {"occupancy": 2}},
+                   {"BN": 64, "hints": {"occupancy": 2}}, {"BN": 32, "hints": {"occupancy": 4}}],
+          key=_decode_key,
           kernels=(decode_attention_partial_kernel, decode_attention_merge_kernel),
           name="tilesafe.decode_attention")
 def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any,
@@ -178,8 +196,8 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
     lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
                   op=OP).partition((1, g, 1))
     target = args.output_partition(OP, out, shape, q3.shape, (1, g, d), q3.dtype, q3.device)
-    partial = decode_attention_partial_kernel(parts, lses, q3, k3, v3, seq_lens, qk_scale,
-                                              kv_heads, BN=block)
+    partial = _partial_for(config.get("hints"))(parts, lses, q3, k3, v3, seq_lens, qk_scale,
+                                                kv_heads, BN=block)
 
     def merge(result: Any) -> DeviceOp:
         return decode_attention_merge_kernel(target, result.o.unpartition(),
