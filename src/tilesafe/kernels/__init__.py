@@ -11,4 +11,10 @@ Layer: above ``kernel`` and ``autotune``; may import every layer below the publi
 
 from __future__ import annotations
 
+from .embedding import embedding
+from .kv_cache import kv_cache_update
+from .rope import rope, rope_cache
+from .sampling import argmax, sample
+
 __all__: list[str] = []
+__all__ += ["embedding", "kv_cache_update", "rope", "rope_cache", "argmax", "sample"]
