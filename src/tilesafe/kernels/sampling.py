@@ -48,6 +48,7 @@ LOGIT_DTYPES = ("float16", "bfloat16", "float32")
 #: the largest top_k (the running top-k set is a tile of this many candidates at most)
 MAX_TOP_K = 256
 NEG_INF = float("-inf")
+POS_INF = float("inf")
 
 
 @kernel
@@ -99,29 +100,44 @@ def top_k_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)]
     tiles = logits.partition((1, C), padding=NEG_INF)
     vocab = logits.shape[1]
     base = (tc.gather(offset, 0) + tc.astype(i, tc.i64)) * tc.astype(vocab, tc.i64)
-    values = tc.full((K,), NEG_INF, tc.f32)
-    indices = tc.zeros((K,), tc.i32)
-    slot = tc.arange(2 * K, tc.i32).reshape((1, 2 * K))
-    for j in range(tiles.num_tiles(1)):
-        x = tiles.load((i, j)).astype(tc.f32).reshape((C,))
-        if tc.reduce_max(x) > values[K - 1]:
-            tile_values, tile_indices = tc.topk(x, K)
-            merged, picked = tc.topk(tc.cat((values, tile_values)), K)
-            both = tc.cat((indices, tile_indices + j * C)).reshape((1, 2 * K))
-            indices = tc.reduce_sum(tc.where(picked.reshape((K, 1)) == slot, both, 0), 1)
-            values = merged
     rank = tc.arange(K, tc.i32)
-    scaled = tc.where(rank < top_k, values / temperature, NEG_INF)
-    weights = tc.exp(scaled - scaled[0])
-    before = tc.cumsum(weights) - weights
-    keep = (rank < top_k) & (before < top_p * tc.reduce_sum(weights))
-    noisy = scaled - tc.log(-tc.log(tc.rand(seed, base + indices.astype(tc.i64))))
-    choice = tc.argmax(tc.where(keep, noisy, NEG_INF))
-    out.store(tc.reduce_sum(tc.where(rank == choice, indices, 0)).reshape((1,)))
+    active = rank < top_k
+    cols = tc.arange(C, tc.i32)
+    # the running top-k set, unordered: slots >= top_k are inactive (never evicted)
+    values = tc.full((K,), NEG_INF, tc.f32)
+    indices = -1 - rank  # placeholders: below every column, distinct
+    smallest = tc.reduce_min(tc.where(active, values, POS_INF))
+    for j in range(tiles.num_tiles(1)):
+        work = tiles.load((i, j)).astype(tc.f32).reshape((C,))
+        while tc.reduce_max(work) > smallest:
+            # the tile's best enters, evicting the set's smallest (the highest index of
+            # equal ones): exactly the top_k, ties to the lower index
+            column = tc.argmax(work)
+            entering = tc.reduce_max(work)
+            evicted = tc.argmax(tc.where(active & (values == smallest), indices, -2 - K))
+            values = tc.where(rank == evicted, entering, values)
+            indices = tc.where(rank == evicted, j * C + column, indices)
+            work = tc.where(cols == column, NEG_INF, work)
+            smallest = tc.reduce_min(tc.where(active, values, POS_INF))
+    scaled = tc.where(active, values / temperature, NEG_INF)
+    weights = tc.exp(scaled - tc.reduce_max(scaled))
+    # top-p: the probability mass ranked before each token (larger, or equal and lower index)
+    before = tc.zeros((K,), tc.f32)
+    for r in range(top_k):
+        value_r = tc.reduce_max(tc.where(rank == r, values, NEG_INF))
+        index_r = tc.reduce_max(tc.where(rank == r, indices, -2 - K))
+        weight_r = tc.reduce_sum(tc.where(rank == r, weights, 0.0))
+        ahead = (value_r > values) | ((value_r == values) & (index_r < indices))
+        before = before + tc.where(ahead, weight_r, 0.0)
+    keep = active & (before < top_p * tc.reduce_sum(weights))
+    noise = tc.log(-tc.log(tc.rand(seed, base + tc.maximum(indices, 0).astype(tc.i64))))
+    choice = tc.argmax(tc.where(keep, scaled - noise, NEG_INF))
+    token = tc.reduce_max(tc.where(rank == choice, indices, 0))
+    out.store(tc.maximum(token, 0).reshape((1,)))
 
 
-def _columns(config: dict, vocab: int, at_least: int = 1) -> int:
-    return max(min(config["cols"], args.pow2(vocab)), at_least)
+def _columns(config: dict, vocab: int) -> int:
+    return min(config["cols"], args.pow2(vocab))
 
 
 @autotune(configs=[{"rows": 1, "cols": 4096}, {"rows": 1, "cols": 8192},
@@ -146,7 +162,7 @@ def _launch_sample(logits: Tensor, offset: Tensor, out: Output, seed: int, tempe
                            C=_columns(config, vocab))
     k = args.pow2(top_k)
     return top_k_rows(out.partition((1,)), logits, offset, seed, temperature, top_k, top_p,
-                      C=_columns(config, vocab, k), K=k)
+                      C=_columns(config, vocab), K=k)
 
 
 def _logits(op: str, logits: Any) -> Tensor:
