@@ -18,7 +18,7 @@ from pathlib import Path
 from . import _harness as h
 
 BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention",
-              "kernels")
+              "kernels", "grid_dependency")
 
 
 def main(argv=None) -> int:
@@ -66,6 +66,9 @@ def main(argv=None) -> int:
             elif name == "attention":
                 from . import attention
                 attention.run(out, args.device, args.quick)
+            elif name == "grid_dependency":
+                from . import grid_dependency
+                grid_dependency.run(out, args.device, args.quick)
             elif name == "kernels":
                 from . import kernels
                 kernels.run(out, args.device, args.quick)

@@ -180,3 +180,56 @@ def cutile_matmul_launcher(a: Any, b: Any, c: Any, config: tuple, style: str,
         tiles = ((m + tm - 1) // tm) * ((n + tn - 1) // tn)
         grid = (min(programs, tiles) // ctas * ctas or ctas, 1, 1)
     return lambda: ct.launch(torch.cuda.current_stream(), grid, kernel, (a, b, c, tm, tn, tk))
+
+
+# -- cuTile Python: the row kernels of the kernel library, same algorithm --------------------
+
+@functools.lru_cache(maxsize=None)
+def _cutile_row_kernels(occupancy: int) -> dict:
+    ct = _cutile()
+    options = {"occupancy": occupancy} if occupancy else {}
+    neg_inf = getattr(ct.PaddingMode, "NEG_INF", ct.PaddingMode.ZERO)
+
+    def softmax(x, z, R: ct.Constant[int], N: ct.Constant[int]):
+        b = ct.bid(0)
+        row = ct.astype(ct.load(x, index=(b, 0), shape=(R, N), padding_mode=neg_inf),
+                        ct.float32)
+        e = ct.exp(row - ct.max(row, axis=1, keepdims=True))
+        ct.store(z, index=(b, 0), tile=ct.astype(e / ct.sum(e, axis=1, keepdims=True),
+                                                 z.dtype))
+
+    def rms_norm(x, w, z, eps: float, R: ct.Constant[int], N: ct.Constant[int]):
+        b = ct.bid(0)
+        row = ct.astype(ct.load(x, index=(b, 0), shape=(R, N),
+                                padding_mode=ct.PaddingMode.ZERO), ct.float32)
+        weight = ct.astype(ct.load(w, index=(0,), shape=(N,), padding_mode=ct.PaddingMode.ZERO),
+                           ct.float32)
+        inv = ct.rsqrt(ct.sum(row * row, axis=1, keepdims=True) / x.shape[1] + eps)
+        ct.store(z, index=(b, 0), tile=ct.astype(row * inv * ct.reshape(weight, (1, N)),
+                                                 z.dtype))
+
+    return {name: ct.kernel(fn, **options) for name, fn in
+            (("softmax", softmax), ("rms_norm", rms_norm))}
+
+
+def cutile_softmax_launcher(x: Any, z: Any, rows: int, occupancy: int = 0
+                            ) -> Callable[[], None]:
+    """cuTile Python's row softmax of a 2-D torch tensor, ``rows`` rows per program, with the
+    ``occupancy`` hint (0: none)."""
+    import torch
+    ct = _cutile()
+    kernel = _cutile_row_kernels(occupancy)["softmax"]
+    n = 1 << (x.shape[1] - 1).bit_length()
+    grid = ((x.shape[0] + rows - 1) // rows, 1, 1)
+    return lambda: ct.launch(torch.cuda.current_stream(), grid, kernel, (x, z, rows, n))
+
+
+def cutile_rms_norm_launcher(x: Any, w: Any, z: Any, eps: float, rows: int,
+                             occupancy: int = 0) -> Callable[[], None]:
+    """cuTile Python's RMSNorm (f32 statistics, ``z = x * rsqrt(mean(x**2) + eps) * w``)."""
+    import torch
+    ct = _cutile()
+    kernel = _cutile_row_kernels(occupancy)["rms_norm"]
+    n = 1 << (x.shape[1] - 1).bit_length()
+    grid = ((x.shape[0] + rows - 1) // rows, 1, 1)
+    return lambda: ct.launch(torch.cuda.current_stream(), grid, kernel, (x, w, z, eps, rows, n))

@@ -325,6 +325,45 @@ def test_graph_rejects_allocating_ops_at_record_time():
     assert np.array_equal(dst.numpy(), np.ones(8))
 
 
+def test_a_chain_of_launches_records_step_by_step():
+    """A chain whose steps build launches on what the previous launch hands back records
+    like those launches one after the other: each step is called with the handed-back
+    arguments (known without running), after the previous launch's loans ended, and a last
+    step that returns a value (not an op) just ends it."""
+    x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
+    t, u = ts.zeros(16).sync(), ts.zeros(16).sync()
+    seen = []
+
+    def second(handed_back):
+        seen.append(handed_back)
+        return axpy(ts.borrow_mut(u).partition(8), t, 2.0)  # reads what the first wrote
+    op = axpy(ts.borrow_mut(t).partition(8), x, 1.0).then(second).then(lambda r: "done")
+    before = axpy.launch_count
+    with ts.CudaGraph.scope() as graph:
+        graph.record(op)
+    assert axpy.launch_count == before and len(graph.nodes) == 2
+    assert seen[0].x is x  # the first launch's arguments, handed back while recording
+    for _ in range(2):
+        graph.replay()
+    assert np.array_equal(t.numpy(), 2 * np.arange(16))
+    assert np.array_equal(u.numpy(), 2 * (np.arange(16) + 2 * np.arange(16)))
+
+
+def test_a_chain_that_allocates_or_runs_host_work_is_not_recorded():
+    x = _ones(16)
+    t = ts.zeros(16).sync()
+    allocating = axpy(ts.borrow_mut(t).partition(8), x, 1.0).then(
+        lambda r: axpy(ts.zeros(16).partition(8), x, 1.0))
+    with ts.CudaGraph.scope() as graph:
+        with pytest.raises(DeviceOpError, match="cannot be recorded"):
+            graph.record(allocating)
+    t.numpy()  # the first launch's loans ended with the failed recording
+    mapped = axpy(ts.borrow_mut(t).partition(8), x, 1.0).map(lambda r: r)
+    with ts.CudaGraph.scope() as graph:
+        with pytest.raises(DeviceOpError, match="cannot be recorded"):
+            graph.record(mapped)
+
+
 def test_graph_update_rejects_a_different_shape():
     z = ts.zeros(32).sync().partition(8)
     graph = ts.CudaGraph.capture(axpy(z, _ones(32), 1.0))

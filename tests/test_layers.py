@@ -4,14 +4,16 @@ to a layer below it (or its own), and module-level imports form no cycle.
 The layers, bottom up (ARCHITECTURE.md draws them):
 
 * ``base``: ``errors``, ``dtypes``, ``shapes``, ``_compiled``, ``_callsite``
-* ``compiler`` (device side: front end, IR, verifier, op registry)
+* ``compiler`` (device side: front end, IR, verifier, op registry), and above it the device
+  language ``core`` (what kernels, the kernel library's too, are written in)
 * ``driver`` (devices, platforms, CUDA calls, streams, the ownership ledger)
 * ``backends`` (the backend interface, the interpreter, Tile IR)
 * ``deviceops`` (DeviceOps, their driving and graphs)
 * ``host`` (tensors, partitions, constructors, copies, interop)
 * ``launch`` (launch checks, launch ops and graph nodes)
 * ``pipeline``, then ``kernel``, then ``autotune`` (choosing launch configs), then ``kernels``
-  (the safe kernel library), then the public surface (``__init__``, ``core``, ``cli``, ...)
+  (the safe kernel library), then ``models`` (language models built on it), then the public
+  surface (``__init__``, ``core``, ``cli``, ...)
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import tilesafe
 
 ROOT = Path(tilesafe.__file__).parent
 BASE = {"errors", "dtypes", "shapes", "_compiled", "_callsite"}
-TOP = {"__init__", "__main__", "core", "check", "cli", "_demo"}
+TOP = {"__init__", "__main__", "check", "cli", "_demo"}
+#: the device language (``tilesafe.core``): kernels are written in it, the kernel library too
+LANGUAGE = {"core"}
 
 #: layer -> the layers it may import (its own included)
 ALLOWED = {
@@ -42,10 +46,13 @@ ALLOWED = {
                "pipeline", "kernel"},
     "autotune": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
                  "pipeline", "kernel", "autotune"},
-    "kernels": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
-                "pipeline", "kernel", "autotune", "kernels"},
-    "top": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch", "pipeline",
-            "kernel", "autotune", "kernels", "top"},
+    "language": {"base", "compiler", "language"},
+    "kernels": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
+                "launch", "pipeline", "kernel", "autotune", "kernels"},
+    "models": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
+               "launch", "pipeline", "kernel", "autotune", "kernels", "models"},
+    "top": {"base", "compiler", "language", "driver", "backends", "deviceops", "host", "launch",
+            "pipeline", "kernel", "autotune", "kernels", "models", "top"},
 }
 EXCEPTIONS: set[tuple[str, str]] = set()  # (importer, imported) allowed to go up: none
 
@@ -64,6 +71,8 @@ def layer_of(module: str) -> str:
         return "base"
     if head in TOP:
         return "top"
+    if head in LANGUAGE:
+        return "language"
     return head
 
 

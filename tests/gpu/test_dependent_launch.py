@@ -59,3 +59,26 @@ def test_chain_replayed_from_a_graph_reads_each_predecessor():
         graph.replay()
     assert np.array_equal(a.numpy(), np.full(N, 2.0 * pairs * replays, np.float32))
     assert np.array_equal(b.numpy(), np.full(N, 2.0 * pairs * replays - 1, np.float32))
+
+
+@ts.kernel(hints={"programmatic_launch": False})
+def plain_step(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
+    z.store(tc.load_tile_like(x, z) + 1.0)
+
+
+def test_a_kernel_without_the_wait_is_launched_as_an_ordinary_dependent():
+    """``programmatic_launch: False`` leaves the wait out of the cubin, so the launch must not
+    be programmatic; a chain alternating both kinds still reads each predecessor."""
+    a, b = _buffers()
+    plain_step(b.partition(TILE), a).sync()
+    exes = list(plain_step._executables.values())
+    assert exes and not any(e.programmatic for e in exes)
+    a, b = _buffers()
+    steps = 100
+    kernels = (step, plain_step)
+    op = plain_step(b.partition(TILE), a)
+    for i in range(steps - 1):
+        k = kernels[i % 2]
+        op = op.then(lambda r, k=k: k(r[1].partition(TILE), r[0].unpartition()))
+    out, source = op.sync()
+    assert np.array_equal(out.unpartition().numpy(), np.full(N, steps, np.float32))

@@ -75,6 +75,28 @@ def test_many_positions_are_validated_across_chunks():
     assert np.all(cache2.numpy() == SENTINEL)
 
 
+def test_increasing_positions_take_the_one_pass_check_and_others_the_full_one():
+    """Strictly increasing positions are proven distinct row by row; a pair out of order
+    (adjacent equal rows, or a last row equal to the first) sends the check to the full
+    comparison, which finds the repeat."""
+    n = 3000
+    data, rows = _rows(n, GPU)
+    order = np.sort(np.random.default_rng(8).permutation(4096)[:n]).astype(np.int32)
+    cache = _cache(GPU, rows=4096)
+    write_rows(ts.borrow_mut(cache).partition(64, at=ts.tensor(order, device=GPU).sync()),
+               rows).sync()
+    assert np.array_equal(_table(cache)[order], data)
+    for where, source in ((1501, 1500), (n - 1, 0)):
+        repeated = order.copy()
+        repeated[where] = repeated[source]
+        fresh = _cache(GPU, rows=4096)
+        with pytest.raises(PositionsError, match=rf"positions\[{where}\] = "
+                           rf"\({order[source]},\) names the same tile"):
+            write_rows(ts.borrow_mut(fresh).partition(
+                64, at=ts.tensor(repeated, device=GPU).sync()), rows).sync()
+        assert np.all(fresh.numpy() == SENTINEL)
+
+
 def test_a_device_produced_repeat_is_refused_with_nothing_written():
     positions = ts.zeros((8,), ts.int32, device=GPU).sync()
     make_positions(ts.borrow_mut(positions).partition(8), 3, 0).sync()  # all 3: repeats

@@ -160,3 +160,15 @@ def test_input_extent_names_are_static_in_the_tensor_view(disasm_tool, tool, tmp
     assert "tensor_view<4x32xf16" in text, text
     assert "tensor_view<?x?xf32" in text  # the output's whole tensor stays dynamic
     assert driver.assemble(lower_kernel(ir), "sm_90", kernel=ir, tool=tool)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("hints, says", [
+    ({"programmatic_launch": 0}, "'programmatic_launch' must be True or False, got 0"),
+    ({"sm_90": {"programmatic_launch": False}},
+     "'programmatic_launch' is not a per-architecture hint (found under 'sm_90')"),
+])
+def test_programmatic_launch_hint_is_checked(hints, says):
+    with pytest.raises(ts.SignatureError) as info:
+        ts.kernel(aligned.fn, hints=hints)
+    assert says in str(info.value)
+    assert "test_kernel_hints.py" in str(info.value)

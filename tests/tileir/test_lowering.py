@@ -624,6 +624,18 @@ def test_bytecode_13_3_has_no_grid_dependency(tool, disasm_tool, tmp_path):
     assert waits_for_predecessor((13, 4)) and not waits_for_predecessor((13, 3))
 
 
+def test_programmatic_launch_false_leaves_the_wait_out(tool, disasm_tool, tmp_path):
+    """The hint ``programmatic_launch: False`` lowers a 13.4 kernel without the grid-dependency
+    ops, and the launch asks the same question (so it is not launched as a dependent)."""
+    plain = ts.kernel(two_stores.fn, hints={"programmatic_launch": False})
+    ir = plain.ir(vec(300).partition(128), vec(300))
+    text = disasm(disasm_tool, lower_kernel(ir, hints=plain.hints), tmp_path)
+    assert has_op(text, "make_token") and "gdc_" not in text, text
+    assert not waits_for_predecessor((13, 4), plain.hints)
+    assert waits_for_predecessor((13, 4), {"programmatic_launch": True})
+    assert waits_for_predecessor((13, 4), {"sm_90": {"occupancy": 2}})
+
+
 def test_kernel_without_memory_access_has_no_wait(disasm_tool, tmp_path):
     @ts.kernel
     def nothing(z: tc.MutTensor[tc.f32, "S"]):

@@ -12,6 +12,14 @@ Form (the cuTile Rust book's ``optimization_hints``)::
 Per-architecture keys are ``"sm_NN"`` (``sm_90``, ``sm_100``, ``sm_120``, ...) and
 ``"default"``; tileiras uses the entry for the target's architecture, else ``default``.
 
+``programmatic_launch`` (kernel-wide, default True) says whether the kernel starts with the
+grid-dependency wait that lets a GPU launch it as a programmatic dependent of the previous
+kernel on its stream (its launch overlaps that kernel's tail). ``False`` leaves the wait out,
+and the launch then waits for the previous kernel to complete, as an ordinary launch does: the
+wait can change how the GPU compiler sizes a register-heavy kernel (threads per block,
+registers per thread), so a kernel may run faster without it. Either way a kernel never reads
+memory before its predecessor on the stream has written it.
+
 ``tensor_dim_factor`` is a promise: every dynamic extent of the tensor parameters (the ``-1``
 extents of a ``tc.Tensor`` or ``tc.AtomicTensor``, every extent of the tensor a ``tc.MutTensor`` or
 ``tc.MappedPartitionMut`` partitions) is a multiple of the factor (a power of two), so the
@@ -32,6 +40,11 @@ from .signature import AtomicSpec, MappedSpec, Param, TensorSpec
 KNOWN_HINTS = ("num_cta_in_cga", "occupancy", "num_worker_warps_per_cta")
 #: The kernel-wide hint: a promise on the tensor parameters' extents.
 TENSOR_DIM_FACTOR = "tensor_dim_factor"
+#: The kernel-wide hint: compile the grid-dependency wait in (launch as a programmatic
+#: dependent) or not.
+PROGRAMMATIC_LAUNCH = "programmatic_launch"
+KERNEL_WIDE = (TENSOR_DIM_FACTOR, PROGRAMMATIC_LAUNCH)
+_EXAMPLE = {TENSOR_DIM_FACTOR: 16, PROGRAMMATIC_LAUNCH: False}
 MAX_DIM_FACTOR = 1 << 30  # extents are i32
 _FACTOR_FIX = ("e.g. 'tensor_dim_factor': 16 (every dynamic extent of the tensor parameters "
                "is a multiple of 16), or {'x': 16} for parameter 'x' only")
@@ -62,6 +75,12 @@ def _checked(hints: Optional[dict], params: Optional[Sequence[Param]]) -> dict:
                              hint="e.g. hints={'sm_90': {'occupancy': 2}, "
                              "'tensor_dim_factor': 16}")
     for arch, values in hints.items():
+        if arch == PROGRAMMATIC_LAUNCH:
+            if not isinstance(values, bool):
+                raise SignatureError(f"'{PROGRAMMATIC_LAUNCH}' must be True or False, got "
+                                     f"{values!r}", hint=f"e.g. hints={{'{PROGRAMMATIC_LAUNCH}"
+                                     "': False} (leave out the grid-dependency wait)")
+            continue
         if arch == TENSOR_DIM_FACTOR:
             if params is None:
                 _factor_entries(values, None)
@@ -76,23 +95,29 @@ def _checked(hints: Optional[dict], params: Optional[Sequence[Param]]) -> dict:
             raise SignatureError(f"the hints for {arch} must be a dict of hint names, got "
                                  f"{values!r}", hint=f"e.g. {{'{arch}': {{'occupancy': 2}}}}")
         for name in values:
-            if name == TENSOR_DIM_FACTOR:
-                raise SignatureError(f"'{TENSOR_DIM_FACTOR}' is not a per-architecture hint "
+            if name in KERNEL_WIDE:
+                raise SignatureError(f"'{name}' is not a per-architecture hint "
                                      f"(found under {arch!r})",
                                      hint=f"give it at the top level, e.g. hints={{"
-                                     f"'{TENSOR_DIM_FACTOR}': 16, '{arch}': {{...}}}}: it is a "
-                                     "promise about the arguments, checked at every launch")
+                                     f"'{name}': {_EXAMPLE[name]}, '{arch}': {{...}}}}: it "
+                                     "applies to the kernel on every architecture")
             if name not in KNOWN_HINTS:
                 raise SignatureError(f"unknown kernel hint {name!r} for {arch}",
                                      hint="known hints: " + ", ".join(KNOWN_HINTS)
-                                     + f"; and '{TENSOR_DIM_FACTOR}' at the top level")
+                                     + f"; and '{TENSOR_DIM_FACTOR}', '{PROGRAMMATIC_LAUNCH}' at "
+                                     "the top level")
     return dict(hints)
 
 
 def arch_hints(hints: Optional[Mapping]) -> dict:
     """The per-architecture part of checked ``hints`` (what becomes the entry's
     optimization hints)."""
-    return {k: dict(v) for k, v in (hints or {}).items() if k != TENSOR_DIM_FACTOR}
+    return {k: dict(v) for k, v in (hints or {}).items() if k not in KERNEL_WIDE}
+
+
+def programmatic_launch(hints: Optional[Mapping]) -> bool:
+    """Whether checked ``hints`` keep the grid-dependency wait (the default)."""
+    return bool((hints or {}).get(PROGRAMMATIC_LAUNCH, True))
 
 
 def _factor(value: Any, where: str) -> int:

@@ -35,6 +35,17 @@ from .awaiting import await_on_loop, waiters
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+
+class _Unknown:
+    """What a recorded op hands back when only running it would tell (see
+    ``DeviceOp._recorded``)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
 _FAST = _compiled.FASTPATH
 
 
@@ -186,6 +197,14 @@ class DeviceOp(OpCore, Generic[T]):
         into a graph (it allocates memory, or its next step is only known when it runs)."""
         return None
 
+    def _recorded(self) -> Optional[tuple[list, Any]]:
+        """``(graph nodes, result)`` of this op recorded rather than run, ``result`` being what
+        running it would hand back, or :data:`UNKNOWN` when that is only known by running; None
+        if the op cannot be recorded. (A chain records its steps from this: see
+        ``_Chain.graph_nodes``.)"""
+        nodes = self.graph_nodes()
+        return None if nodes is None else (nodes, UNKNOWN)
+
     def _consume(self, how: str) -> None:
         """Mark the op as used (``how``: "driven", "recorded into a graph"); an op is used
         once. A drive records the location of the user's driving call."""
@@ -248,6 +267,35 @@ class _Chain(ChainCore, DeviceOp):
     @property
     def label(self) -> str:
         return f"{self._first.label}" + ".then(...)" * self._length
+
+
+    def graph_nodes(self) -> Optional[list]:
+        recorded = self._recorded()
+        return None if recorded is None else recorded[0]
+
+    def _recorded(self) -> Optional[tuple[list, Any]]:
+        """The first op's nodes and then each step's, the steps called with what the op before
+        would hand back (a launch hands back its arguments, known without running it): a chain
+        whose steps only build launches on those arguments records like the launches one by
+        one. Each op is consumed as it is recorded (ending its loans, so the next step can
+        borrow what it wrote), so a chain that turns out not to be recordable is used up."""
+        recorded = self._first._recorded()
+        if recorded is None:
+            return None
+        nodes, result = list(recorded[0]), recorded[1]
+        self._first._consume("recorded into a graph")
+        for step in self._steps:
+            if result is UNKNOWN:
+                return None
+            result = step(result)
+            if isinstance(result, DeviceOp):
+                inner = result._recorded()
+                if inner is None:
+                    return None
+                result._consume("recorded into a graph")
+                nodes += inner[0]
+                result = inner[1]
+        return nodes, result
 
 
 class _ChainRest(DeviceOp):
@@ -346,6 +394,16 @@ class _Zip(DeviceOp[tuple]):
                 return None
             nodes.extend(part)
         return nodes
+
+    def _recorded(self) -> Optional[tuple[list, Any]]:
+        nodes, results = [], []
+        for p in self._parts:
+            part = p._recorded()
+            if part is None:
+                return None
+            nodes.extend(part[0])
+            results.append(part[1])
+        return nodes, (UNKNOWN if any(r is UNKNOWN for r in results) else tuple(results))
 
     def _consume(self, how: str) -> None:
         super()._consume(how)

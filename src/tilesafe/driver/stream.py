@@ -15,9 +15,10 @@ stream (that of the pipeline running on the thread). It imports only the driver 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .. import _compiled
 from .._callsite import caller_location
@@ -109,6 +110,9 @@ class Stream(StreamCore):
         #: graph replay): where work runs when it is enqueued, a stream runs it in order, one
         #: piece at a time, as a device stream does, whatever thread enqueues it
         self.order_lock = threading.RLock()
+        #: marked work (``mark``): ``(event, loans, borrowed items)`` in enqueue order
+        self._marks: collections.deque = collections.deque()
+        self._marks_lock = threading.Lock()
 
     @property
     def native(self) -> Any:
@@ -128,6 +132,55 @@ class Stream(StreamCore):
             address = int(self.native.handle)  # the one native stream: every thread agrees
             self._native_address = address
         return self._native_address
+
+    def mark(self) -> None:
+        """Hand the loans of the work enqueued on this stream so far (and what it borrowed
+        besides) to a marker: an event recorded now. :meth:`release_completed` ends them once
+        that work has completed, without waiting for it; a later :meth:`synchronize` does not
+        see them. For callers that enqueue on a stream they never synchronize (work enqueued
+        on another library's stream, which that library waits for)."""
+        pending, self._pending = self._pending, []
+        spent, self._spent = self._spent, []
+        if not pending and not spent:
+            return
+        event = Event().record(self)
+        with self._marks_lock:
+            self._marks.append((event, pending, spent))
+
+    def release_completed(self) -> None:
+        """End the loans of marked work that has completed (in the order it was marked; an
+        event query each, no wait), and hand back what it borrowed: a kernel's fault report
+        is raised here (the first, once everything completed is handed back)."""
+        first_error = None
+        while True:
+            with self._marks_lock:
+                if not self._marks or not self._marks[0][0].query():
+                    break
+                _, pending, spent = self._marks.popleft()
+            release_all(pending)
+            for item, where in spent:
+                try:
+                    item._spend("was borrowed by a launch that completed", where)
+                except Exception as err:  # (a fault record reporting a failed bounds check)
+                    first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+
+    def release_recorded(self, keep: Callable[[Any], bool] = lambda item: False) -> list:
+        """End now the loans of the work enqueued on this stream so far, for work that was
+        recorded rather than run (a graph capture in progress on the stream: nothing ran, and
+        the graph's replays are ordered by whoever replays it). What it borrowed besides is
+        handed back, except the items ``keep`` selects, which are returned to the caller."""
+        pending, self._pending = self._pending, []
+        spent, self._spent = self._spent, []
+        release_all(pending)
+        kept = []
+        for item, where in spent:
+            if keep(item):
+                kept.append(item)
+            else:
+                item._spend("was borrowed by a launch recorded into a graph", where)
+        return kept
 
     @classmethod
     def wrap(cls, foreign: Any, device: "Device | str | None" = None) -> "Stream":

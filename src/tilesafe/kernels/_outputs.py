@@ -49,6 +49,15 @@ class Output:
         return self.value.partition(tuple(tile))
 
 
+    def tensor(self, handed_back: Partition) -> Tensor:
+        """The output tensor, from the partition the launch handed back: the caller's (or the
+        torch-allocated) tensor itself when it was written in place (its borrowed partition is
+        spent once the launch completes), else the moved tensor, unpartitioned."""
+        if isinstance(self.value, Tensor):
+            return self.value
+        return handed_back.unpartition()
+
+
 def _empty(shape: tuple, dtype: DType, device: Any) -> DeviceOp:
     from ..host.factory import empty
     return empty(shape, dtype=dtype, device=device)

@@ -17,7 +17,7 @@ from ..deviceops.deviceop import DeviceOp, OpCore, resolve
 from ..driver.ledger import release_all
 from ..driver.stream import Stream, current_stream, next_stream
 from ..errors import Location, TilesafeError
-from .checks import PreparedLaunch, prepare, replay_borrows
+from .checks import PreparedLaunch, handed_back, prepare, replay_borrows
 
 _FAST = _compiled.FASTPATH
 
@@ -178,6 +178,14 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
         if self._early is None:
             return None  # arguments still to be produced: they may allocate
         return [KernelNode(self._kernel, self._args, self._grid, self._where, self._early)]
+
+    def _recorded(self) -> Optional[tuple[list, Any]]:
+        """Recorded, a launch hands back what running it would: its tensor-like arguments."""
+        nodes = self.graph_nodes()
+        if nodes is None:
+            return None
+        early = self._early
+        return nodes, (early.plan.result if early.plan is not None else handed_back(early.args))
 
     def _consume(self, how: str) -> None:
         super()._consume(how)

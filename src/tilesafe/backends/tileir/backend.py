@@ -86,7 +86,7 @@ class TileIRBackend:
 
         def load(built: Cubin) -> TileIRExecutable:
             ir, index = ir_of["ir"], target.device.index
-            programmatic = (waits_for_predecessor(BYTECODE_VERSION)
+            programmatic = (waits_for_predecessor(BYTECODE_VERSION, hints)
                             and cuda.compute_capability(index) >= PROGRAMMATIC_CAPABILITY)
             records = fault_records_for(ir, index)
             try:

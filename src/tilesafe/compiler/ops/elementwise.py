@@ -59,12 +59,41 @@ def _declare_unary(name: str, doc: str, fn: Callable, accepts: str, *, float_eva
                    method: str | None = None) -> None:
     op(name, doc, _unary_rule(name, accepts), _float_eval(fn) if float_eval
        else (lambda ctx, attrs, x: fn(x)))
+    if name in _MODE_KEYWORDS:
+        return  # (declared below with its keywords)
 
     def build(b, x):
         (v,) = b.coerce([x], name)
         return b.weak_result(b.emit1(name, (v,)), (x,))
     methods = (("tile", method),) if method else ()
     builtin(name, f"{name}(x) -> tile\n\n{doc}", build, methods=methods)
+
+
+# ---------------------------------------------------------------------------------------------
+# float modes: what a GPU may do faster, chosen per op by the kernel's author (never a default)
+
+#: ops that take float-mode keywords (their builtins are declared with them, below)
+_MODE_KEYWORDS = ("exp", "exp2", "truediv", "maximum", "minimum")
+#: the smallest normal f32 magnitude: flush-to-zero treats anything below as zero
+_F32_TINY = np.float64(np.finfo(np.float32).tiny)
+DIVISION_ROUNDINGS = ("nearest_even", "full", "approx")
+
+
+def flush_f32_subnormals(x: np.ndarray) -> np.ndarray:
+    """``x`` with the magnitudes below f32's smallest normal replaced by a zero of the same
+    sign (what a flush-to-zero f32 operation does to its inputs and results)."""
+    return np.where(np.abs(x) < _F32_TINY, np.copysign(0.0, x), x) if x.dtype.kind == "f" else x
+
+
+def _check_flush(b, name: str, value, flush_to_zero) -> bool:
+    if not isinstance(flush_to_zero, bool):
+        raise b.error(DTypeError, f"{name}: flush_to_zero must be True or False, got "
+                      f"{flush_to_zero!r}")
+    if flush_to_zero and b.tile(value).type.dtype.bits == 64:
+        raise b.error(DTypeError, f"{name}: flush_to_zero applies to f32 (and f16/bf16, which "
+                      "are computed in f32), not to f64 tiles",
+                      hint="leave flush_to_zero out for f64 tiles")
+    return flush_to_zero
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
@@ -88,8 +117,54 @@ _FLOAT_MATH = {
     "ceil": (np.ceil, "Smallest integer value >= x, elementwise (float tiles)."),
 }
 
+def _flushing(fn: Callable) -> Callable:
+    """``fn`` in float64, flushing f32 subnormal inputs and results when ``attrs["ftz"]``."""
+    def evaluate(*args: np.ndarray, ftz: bool = False) -> np.ndarray:
+        if not ftz:
+            return fn(*args)
+        return flush_f32_subnormals(fn(*(flush_f32_subnormals(a) for a in args)))
+    return evaluate
+
+
 for _name, (_fn, _doc) in _FLOAT_MATH.items():
+    if _name == "exp2":
+        _fn = _flushing(_fn)
+        op(_name, _doc, _unary_rule(_name, "f"),
+           lambda ctx, attrs, x, f=_fn: f(x.astype(np.float64), ftz=attrs.get("ftz", False)))
+        continue
     _declare_unary(_name, _doc, _fn, "f", float_eval=True)
+
+
+def _build_exp2(b, x, flush_to_zero=False):
+    """exp2(x, flush_to_zero=False) -> tile
+
+    2**x, elementwise (float tiles). ``flush_to_zero=True`` lets the GPU use its fastest form
+    (``ex2.approx.ftz``): inputs and results below f32's smallest normal (about 1.2e-38) are
+    zero, so ``exp2(x)`` for ``x < -126`` is 0 instead of a subnormal; the interpreter does
+    the same. The default keeps subnormals.
+    """
+    flush = _check_flush(b, "exp2", x, flush_to_zero)
+    (v,) = b.coerce([x], "exp2")
+    return b.weak_result(b.emit1("exp2", (v,), {"ftz": True} if flush else None), (x,))
+
+
+def _build_exp(b, x, approx=False):
+    """exp(x, approx=False) -> tile
+
+    e**x, elementwise (float tiles). ``approx=True`` lets the GPU compute it as ``exp2(x *
+    log2(e))`` with its fast approximation (relative error within a few ulp, larger for
+    |x| > 80), where the default is the accurate form; the interpreter computes e**x
+    correctly rounded either way, so expect a GPU's ``approx`` results to differ from the
+    interpreter's in the last bits.
+    """
+    if not isinstance(approx, bool):
+        raise b.error(DTypeError, f"exp: approx must be True or False, got {approx!r}")
+    (v,) = b.coerce([x], "exp")
+    return b.weak_result(b.emit1("exp", (v,), {"approx": True} if approx else None), (x,))
+
+
+builtin("exp2", _build_exp2.__doc__, _build_exp2)
+builtin("exp", _build_exp.__doc__, _build_exp)
 
 _declare_unary("negative", "-x, elementwise (integers wrap: -INT_MIN == INT_MIN).",
                np.negative, "fiu", float_eval=False)
@@ -165,7 +240,20 @@ BINARY_OPERATORS: dict[str, str] = {}
 
 def _declare_binary(name: str, fn: Callable, accepts: str, result: DType | None, doc: str,
                     symbol: str | None) -> None:
-    op(name, doc, _binary_rule(name, accepts, result), lambda ctx, attrs, a, b: fn(a, b))
+    if name == "truediv":
+        evaluate = _flushing(fn)
+        op(name, doc, _binary_rule(name, accepts, result),
+           lambda ctx, attrs, a, b: evaluate(a, b, ftz=attrs.get("ftz", False)))
+    elif name in ("maximum", "minimum"):
+        ignoring = np.fmax if name == "maximum" else np.fmin
+        op(name, doc, _binary_rule(name, accepts, result),
+           lambda ctx, attrs, a, b: (fn if attrs.get("propagate_nan", True) else ignoring)(a, b))
+    else:
+        op(name, doc, _binary_rule(name, accepts, result), lambda ctx, attrs, a, b: fn(a, b))
+    if symbol:
+        BINARY_OPERATORS[symbol] = name
+    if name in _MODE_KEYWORDS:
+        return  # (declared below with its keywords)
 
     def build(b, x, y):
         vx, vy = b.coerce([x, y], name)
@@ -174,12 +262,57 @@ def _declare_binary(name: str, fn: Callable, accepts: str, result: DType | None,
     usage = f"x {symbol} y, or " if symbol else ""
     builtin(name, f"{usage}{name}(x, y) -> tile\n\n{doc} Python scalars adapt to the tile's "
             "dtype; two tiles must share a dtype.", build)
-    if symbol:
-        BINARY_OPERATORS[symbol] = name
 
 
 for _name, (_fn, _acc, _res, _doc, _sym) in _BINARY.items():
     _declare_binary(_name, _fn, _acc, _res, _doc, _sym)
+
+
+def _build_truediv(b, x, y, rounding="nearest_even", flush_to_zero=False):
+    """x / y, or truediv(x, y, rounding="nearest_even", flush_to_zero=False) -> tile
+
+    a / b for float tiles. ``rounding="nearest_even"`` (the default, and what ``/`` does) is
+    IEEE division, correctly rounded. ``"full"`` and ``"approx"`` let the GPU use its fast
+    division (within 2 ulp; ``approx`` for divisors up to 2**126 in magnitude, ``full`` for the
+    whole range): the interpreter divides exactly, so expect a GPU's results to differ from it
+    in the last bits. ``flush_to_zero=True`` treats f32 subnormal inputs and results as zero,
+    on every device. Python scalars adapt to the tile's dtype; two tiles must share a dtype.
+    """
+    if rounding not in DIVISION_ROUNDINGS:
+        raise b.error(DTypeError, f"truediv: rounding must be one of "
+                      f"{', '.join(map(repr, DIVISION_ROUNDINGS))}, got {rounding!r}")
+    vx, vy = b.coerce([x, y], "truediv")
+    flush = _check_flush(b, "truediv", vx, flush_to_zero)
+    attrs = {}
+    if rounding != "nearest_even":
+        attrs["rounding"] = rounding
+    if flush:
+        attrs["ftz"] = True
+    return b.weak_result(b.emit1("truediv", (vx, vy), attrs or None), (x, y))
+
+
+def _extremum_builder(name: str) -> Callable:
+    def build(b, x, y, propagate_nan=True):
+        if not isinstance(propagate_nan, bool):
+            raise b.error(DTypeError, f"{name}: propagate_nan must be True or False, got "
+                          f"{propagate_nan!r}")
+        vx, vy = b.coerce([x, y], name)
+        attrs = None if propagate_nan else {"propagate_nan": False}
+        return b.weak_result(b.emit1(name, (vx, vy), attrs), (x, y))
+    which = "larger" if name == "maximum" else "smaller"
+    build.__doc__ = (
+        f"{name}(x, y, propagate_nan=True) -> tile\n\nThe {which} of ``x`` and ``y``, "
+        "elementwise with broadcasting. With floats, a NaN operand gives NaN (as numpy's "
+        f"``{name}``); ``propagate_nan=False`` gives the other operand instead (numpy's "
+        f"``f{name[:3]}``), which a GPU computes in fewer instructions. Python scalars adapt to "
+        "the tile's dtype; two tiles must share a dtype.")
+    return build
+
+
+builtin("truediv", _build_truediv.__doc__, _build_truediv)
+for _name in ("maximum", "minimum"):
+    _builder = _extremum_builder(_name)
+    builtin(_name, _builder.__doc__, _builder)
 
 # ---------------------------------------------------------------------------------------------
 # select

@@ -14,8 +14,12 @@ Each lowering reproduces the op's numpy semantics:
   correctly rounded); division, math functions, ``//``, ``%`` and ``**`` are computed in f32
   and rounded once to the dtype, as the interpreter does (float16 ``//`` rounds the quotient
   to f16 before the floor, like numpy's float16 arrays).
-* ``maximum``/``minimum`` propagate NaN (``propagate_nan``); comparisons are ordered except
-  ``!=`` (unordered, so ``nan != x`` is true).
+* ``maximum``/``minimum`` propagate NaN (``propagate_nan``) unless the op says
+  ``propagate_nan=False``; comparisons are ordered except ``!=`` (unordered, so ``nan != x``
+  is true).
+* Float modes an op asks for (never a default): ``exp2(flush_to_zero=True)`` is ``exp2``
+  with ``ftz``, ``exp(approx=True)`` is ``exp`` rounding ``approx``, ``truediv(rounding=
+  "approx"|"full", flush_to_zero=...)`` is ``divf`` with that rounding and ``ftz``.
 * ``convert``: float -> int truncates toward zero (``ftoi``), int -> float rounds to nearest
   even (``itof``), ints widen with the source's signedness and narrow by truncation, anything
   -> bool is ``!= 0``, bool -> number is 0/1. Conversions to and from the 8-bit floats and tf32
@@ -57,7 +61,12 @@ def lower_float_math(lw: LoweringContext, op: Operation) -> None:
     """Float math functions: native for f32/f64, in f32 then rounded for f16/bf16. ``exp`` and
     ``tanh`` use the accurate (``full``) variants, ``sqrt`` is correctly rounded."""
     (x,) = lw.operands(op)
-    lw.set_result(op, lw.in_f32(_dtype(op), [x], getattr(lw.fn, op.name)))
+    emit = getattr(lw.fn, op.name)
+    if op.name == "exp2" and op.attrs.get("ftz"):
+        emit = lambda v: lw.fn.exp2(v, flush_to_zero=True)  # noqa: E731
+    elif op.name == "exp" and op.attrs.get("approx"):
+        emit = lambda v: lw.fn.exp(v, rounding=RoundingMode.APPROX)  # noqa: E731
+    lw.set_result(op, lw.in_f32(_dtype(op), [x], emit))
 
 
 @lowers("negative")
@@ -107,7 +116,14 @@ lowers("mul")(_arith("mulf", "muli"))
 @lowers("truediv")
 def lower_truediv(lw: LoweringContext, op: Operation) -> None:
     a, b = lw.operands(op)
-    lw.set_result(op, lw.in_f32(_dtype(op), [a, b], lw.fn.divf))
+    rounding = _DIVISION_ROUNDING[op.attrs.get("rounding", "nearest_even")]
+    flush = bool(op.attrs.get("ftz"))
+    lw.set_result(op, lw.in_f32(_dtype(op), [a, b], lambda x, y: lw.fn.divf(
+        x, y, rounding=rounding, flush_to_zero=flush)))
+
+
+_DIVISION_ROUNDING = {"nearest_even": RoundingMode.NEAREST_EVEN, "full": RoundingMode.FULL,
+                      "approx": RoundingMode.APPROX}
 
 
 @lowers("floordiv")
@@ -174,7 +190,8 @@ def _extremum(float_op: str, int_op: str, bool_op: str):
         a, b = lw.operands(op)
         dtype = _dtype(op)
         if dtype.is_float:
-            result = getattr(lw.fn, float_op)(a, b, propagate_nan=True)
+            result = getattr(lw.fn, float_op)(
+                a, b, propagate_nan=op.attrs.get("propagate_nan", True))
         elif dtype.is_bool:
             result = getattr(lw.fn, bool_op)(a, b)
         else:

@@ -92,7 +92,7 @@ from __future__ import annotations
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
 from ....compiler.bounds import fault_sites, indexed_params
-from ....compiler.hints import arch_hints, factors_by_name
+from ....compiler.hints import arch_hints, factors_by_name, programmatic_launch
 from ....compiler.ir import KernelIR, KernelParam
 from ....compiler.types import AtomicTensorType, MappedPartitionType, TensorViewType
 from ....dtypes import DType
@@ -333,10 +333,13 @@ def _make_views(lw: LoweringContext) -> None:
 GRID_DEPENDENCY_SINCE = (13, 4)
 
 
-def waits_for_predecessor(version: Sequence[int]) -> bool:
-    """Whether kernels lowered to bytecode ``version`` wait for the kernel they programmatically
-    depend on before any memory access, so launching them as programmatic dependents is safe."""
-    return tuple(version) >= GRID_DEPENDENCY_SINCE
+def waits_for_predecessor(version: Sequence[int],
+                          hints: Optional[Mapping[str, Any]] = None) -> bool:
+    """Whether kernels lowered to bytecode ``version`` with ``hints`` wait for the kernel they
+    programmatically depend on before any memory access, so launching them as programmatic
+    dependents is safe (the hint ``programmatic_launch: False`` leaves the wait out). The
+    lowering and the launch both ask this, so the two always agree."""
+    return tuple(version) >= GRID_DEPENDENCY_SINCE and programmatic_launch(hints)
 
 
 def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
@@ -378,7 +381,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     names = {op.name for op in ops}
     lw.checked_sites = {id(op): site for site, op in enumerate(fault_sites(kernel), 1)}
     _bind_params(lw, checked_facts)
-    if waits_for_predecessor(version) and any(lw.accesses_memory(op) for op in ops):
+    if waits_for_predecessor(version, hints) and any(lw.accesses_memory(op) for op in ops):
         lw.gate = fn.gdc_wait()
         fn.gdc_launch_dependents(lw.gate)
     if any(lw.needs_token(op) for op in ops):

@@ -2,8 +2,10 @@
 the whole positions tensor is proven distinct and inside the tile grid (safety rule 11).
 
 At entry every program of the launch reads *all* the positions, ``CHUNK`` rows at a time,
-and checks each row inside the tile grid and, comparing every chunk with itself and every later
-chunk, that no two rows name one tile (the rows compared by their linear tile index). Every
+and checks each row inside the tile grid and that no two rows name one tile (rows compared by
+their linear tile index): in one pass when the positions are strictly increasing (each row
+compared with the next: a KV cache's slots, a contiguous range), else by comparing every chunk
+with itself and every later chunk. Every
 program reaches the same verdict from the same memory, so either every program writes its tile
 or none writes anything: a failed launch sets its own index outside the tile grid, where the
 bounds-checked view masks every store (and loads read padding). The first program to fail then
@@ -11,9 +13,10 @@ reports the smallest failing row to the kernel's fault record (``lower/checks.py
 row, words 4.. its coordinates, words 7.. the tile grid, word 10 the kind (1: outside the
 grid, 2: it repeats an earlier row).
 
-The cost is ``ceil(n / CHUNK) ** 2 / 2`` chunk comparisons per program, ``n`` the number of
-positions: one for up to 64 positions (a KV-cache update of a batch), a few hundred for
-thousands (an expert scatter), where a separate validation launch would be cheaper.
+The cost per program is ``ceil(n / CHUNK)`` chunk reads for increasing positions, ``n`` the
+number of positions, and ``ceil(n / CHUNK) ** 2 / 2`` chunk comparisons more for any other
+order: one for up to 64 positions (a KV-cache update of a batch), a few hundred for thousands
+in no order (an expert scatter), where a separate validation launch would be cheaper.
 
 Imports the ``bytecode`` package and its sibling lowering modules only.
 """
@@ -101,38 +104,62 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
     rank = len(tile_shape)
     grid = [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
     zero = fn.constant(0, TileType(I32))
+    one = fn.constant(1, TileType(I32))
     step = fn.constant(CHUNK, TileType(I32))
     none = fn.constant(_NONE, TileType(I32))
     count = pos.count
 
-    def outer(start: Value, outside_row: Value, repeat_row: Value) -> None:
+    def ordered(start: Value, outside_row: Value, unsorted_row: Value) -> None:
+        """One pass: rows outside the grid, and rows whose successor's linear tile index is
+        not larger (strictly increasing positions are distinct without comparing pairs)."""
         rows_a, live_a, coords_a, inside_a = _chunk(lw, z, start, rank, grid)
+        _, live_next, coords_next, _ = _chunk(lw, z, fn.addi(start, one), rank, grid)
         bad = fn.andi(live_a, negate(lw, inside_a))
         first_outside = _min_i32(lw, fn.select(bad, rows_a, lw.splat(none, (CHUNK,))))
-        key_a = _linear(lw, coords_a, grid)
-        square = (CHUNK, CHUNK)
+        ascending = fn.cmpi(ComparisonPredicate.LT, _linear(lw, coords_a, grid),
+                            _linear(lw, coords_next, grid), signedness=_SIGNED)
+        unsorted = fn.andi(live_next, negate(lw, ascending))
+        first_unsorted = _min_i32(lw, fn.select(unsorted, rows_a, lw.splat(none, (CHUNK,))))
+        fn.continue_([fn.mini(outside_row, first_outside, signedness=_SIGNED),
+                      fn.mini(unsorted_row, first_unsorted, signedness=_SIGNED)])
 
-        def column(t: Value) -> Value:
-            return fn.broadcast(fn.reshape(t, (CHUNK, 1)), square)
+    outside_row, unsorted_row = fn.for_(zero, count, step, [none, none], ordered)
+    is_unsorted = fn.cmpi(ComparisonPredicate.NE, unsorted_row, none, signedness=_SIGNED)
 
-        def row(t: Value) -> Value:
-            return fn.broadcast(fn.reshape(t, (1, CHUNK)), square)
+    def pairwise() -> None:
+        """Positions not in increasing order: compare every chunk with itself and every later
+        chunk for the smallest row that repeats an earlier one."""
+        def outer(start: Value, repeat_row: Value) -> None:
+            rows_a, live_a, coords_a, _ = _chunk(lw, z, start, rank, grid)
+            key_a = _linear(lw, coords_a, grid)
+            square = (CHUNK, CHUNK)
 
-        def inner(start_b: Value, repeat: Value) -> None:
-            rows_b, live_b, coords_b, _ = _chunk(lw, z, start_b, rank, grid)
-            key_b = _linear(lw, coords_b, grid)
-            same = fn.cmpi(ComparisonPredicate.EQ, column(key_a), row(key_b), signedness=_SIGNED)
-            later = fn.cmpi(ComparisonPredicate.LT, column(rows_a), row(rows_b),
-                            signedness=_SIGNED)
-            both = fn.andi(column(live_a), row(live_b))
-            clash = fn.andi(fn.andi(same, later), both)
-            found = _min_i32(lw, fn.select(clash, row(rows_b), lw.splat(none, square)))
-            fn.continue_([fn.mini(repeat, found, signedness=_SIGNED)])
+            def column(t: Value) -> Value:
+                return fn.broadcast(fn.reshape(t, (CHUNK, 1)), square)
 
-        (repeat_row,) = fn.for_(start, count, step, [repeat_row], inner)
-        fn.continue_([fn.mini(outside_row, first_outside, signedness=_SIGNED), repeat_row])
+            def row(t: Value) -> Value:
+                return fn.broadcast(fn.reshape(t, (1, CHUNK)), square)
 
-    outside_row, repeat_row = fn.for_(zero, count, step, [none, none], outer)
+            def inner(start_b: Value, repeat: Value) -> None:
+                rows_b, live_b, coords_b, _ = _chunk(lw, z, start_b, rank, grid)
+                key_b = _linear(lw, coords_b, grid)
+                same = fn.cmpi(ComparisonPredicate.EQ, column(key_a), row(key_b),
+                               signedness=_SIGNED)
+                later = fn.cmpi(ComparisonPredicate.LT, column(rows_a), row(rows_b),
+                                signedness=_SIGNED)
+                both = fn.andi(column(live_a), row(live_b))
+                clash = fn.andi(fn.andi(same, later), both)
+                found = _min_i32(lw, fn.select(clash, row(rows_b), lw.splat(none, square)))
+                fn.continue_([fn.mini(repeat, found, signedness=_SIGNED)])
+
+            (repeat_row,) = fn.for_(start, count, step, [repeat_row], inner)
+            fn.continue_([repeat_row])
+
+        (found,) = fn.for_(zero, count, step, [none], outer)
+        fn.yield_([found])
+
+    (repeat_row,) = fn.if_(is_unsorted, pairwise, lambda: fn.yield_([none]),
+                           result_types=[TileType(I32)])
     is_outside = fn.cmpi(ComparisonPredicate.NE, outside_row, none, signedness=_SIGNED)
     is_repeat = fn.cmpi(ComparisonPredicate.NE, repeat_row, none, signedness=_SIGNED)
     failed = fn.ori(is_outside, is_repeat)

@@ -1,0 +1,173 @@
+"""Calling the library with torch tensors: zero-copy in and out, on torch's current stream.
+
+:func:`accepts_torch` wraps a library function (``fn(...) -> DeviceOp``). Called with
+tilesafe tensors it is that function. Called with torch tensors, each one is imported with
+DLPack (no copy), the outputs are allocated by torch (``torch.empty``: its caching allocator,
+its device, contiguous), the launch is enqueued on torch's current stream of that device, and
+the call returns torch tensors at once, as a torch op does: no host synchronization. (On torch's
+CPU device the interpreter runs the launch as it is enqueued.)
+
+Loans: the launch borrows the imported memory like any launch. The work is *marked* on the
+stream (``Stream.mark``), and the loans end once it has completed, checked without waiting at
+the next library call on that stream or by :func:`release_completed`. So a tilesafe tensor over
+the same memory stays protected while the work is pending; torch itself orders its own use of
+the tensors by the stream, as for its own ops. A failed run-time check of an earlier call
+(``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the stream
+after that work completed, or by :func:`release_completed`.
+
+While torch captures a CUDA graph on the stream, nothing runs: the launch is recorded into
+torch's graph and its loans end at once (a torch graph's replays are torch's to order). The
+kernel's accesses stay inside their tensors on every replay; a failed check of a replay is not
+reported (torch graphs have no place to report it).
+
+May import every layer below ``kernels``; torch only inside functions (an optional
+dependency)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+from .._callsite import caller_location
+from ..deviceops.deviceop import DeviceOp
+from ..driver.stream import Stream, next_stream
+from ..dtypes import DType
+from ..errors import ArgumentError
+from ..host.interop import from_dlpack
+from ..host.tensor import Tensor
+from ._outputs import ALLOCATOR
+
+_STREAMS: dict[tuple[int, int], Stream] = {}
+_STREAMS_LOCK = threading.Lock()
+#: fault records of launches recorded into torch CUDA graphs: kept out of the pool for good
+_RECORDED_FAULT_RECORDS: list = []
+
+
+def _is_fault_record(item: Any) -> bool:
+    from ..backends.tileir.faults import FaultRecord
+    return isinstance(item, FaultRecord)
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    torch = _torch_if_loaded()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_if_loaded() -> Any:
+    import sys
+    return sys.modules.get("torch")
+
+
+def accepts_torch(fn: Callable[..., DeviceOp]) -> Callable[..., Any]:
+    """``fn`` (a library function returning a DeviceOp) that also takes torch tensors: see the
+    module docstring."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not any(_is_torch_tensor(a) for a in (*args, *kwargs.values())):
+            return fn(*args, **kwargs)
+        return _call_with_torch(fn, args, kwargs)
+    call.__wrapped__ = fn
+    return call
+
+
+def torch_dtype(dtype: DType) -> Any:
+    """The torch dtype of a tilesafe one (ArgumentError if torch has none)."""
+    import torch
+    found = getattr(torch, {"bool": "bool"}.get(dtype.name, dtype.name), None)
+    if not isinstance(found, torch.dtype):
+        raise ArgumentError(f"torch has no dtype for {dtype.name}", caller_location())
+    return found
+
+
+def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> Any:
+    import torch
+    where = caller_location()
+    devices = {a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        raise ArgumentError(f"{fn.__name__}: the torch tensors are on several devices "
+                            f"({', '.join(sorted(map(str, devices)))})", where,
+                            hint="move them to one device first")
+    (device,) = devices
+    if device.type not in ("cpu", "cuda"):
+        raise ArgumentError(f"{fn.__name__}: torch tensors on {device} are not supported "
+                            "(cpu and cuda only)", where)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if any(isinstance(a, Tensor) for a in (*args, *kwargs.values())):
+        raise ArgumentError(f"{fn.__name__}: torch tensors and tilesafe tensors in one call",
+                            where, hint="pass all tensors of one kind (ts.from_dlpack imports "
+                            "a torch tensor, torch.from_dlpack a tilesafe one)")
+    back: dict[int, Any] = {}  # id(tilesafe tensor) -> the torch tensor over its memory
+
+    def imported(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        mine = from_dlpack(value.detach())
+        back[id(mine)] = value
+        return mine
+
+    def allocate(shape: tuple, dtype: DType, _device: Any) -> Tensor:
+        out = torch.empty(shape, dtype=torch_dtype(dtype), device=device)
+        mine = from_dlpack(out)
+        back[id(mine)] = out
+        return mine
+
+    stream = _stream_of(device)
+    capturing = stream is not None and torch.cuda.is_current_stream_capturing()
+    if stream is not None and not capturing:  # (an event query would end torch's capture)
+        stream.release_completed()
+    token = ALLOCATOR.set(allocate)
+    try:
+        op = fn(*(imported(a) for a in args), **{k: imported(v) for k, v in kwargs.items()})
+    finally:
+        ALLOCATOR.reset(token)
+    if stream is None:  # torch's cpu device: the interpreter runs the launch now
+        result = op._drive(next_stream("cpu"), where)
+    else:
+        result = op._enqueue(stream, where)
+        if capturing:
+            # recorded into torch's graph, nothing ran (module docstring); a fault record its
+            # replays may write is never handed to another launch
+            _RECORDED_FAULT_RECORDS.extend(stream.release_recorded(keep=_is_fault_record))
+        else:
+            stream.mark()
+    return _to_torch(result, back)
+
+
+def _stream_of(device: Any) -> Any:
+    """The tilesafe stream over torch's current stream of a cuda ``device`` (one per torch
+    stream, so launches on it share loans as work on one stream does); None on cpu."""
+    if device.type != "cuda":
+        return None
+    import torch
+    current = torch.cuda.current_stream(device)
+    key = (device.index, int(current.cuda_stream))
+    found = _STREAMS.get(key)
+    if found is None:
+        with _STREAMS_LOCK:
+            found = _STREAMS.get(key)
+            if found is None:
+                found = _STREAMS[key] = Stream.wrap(current, f"cuda:{device.index}")
+    return found
+
+
+def _to_torch(value: Any, back: dict[int, Any]) -> Any:
+    if isinstance(value, tuple):
+        return type(value)(*(_to_torch(v, back) for v in value)) if hasattr(value, "_fields") \
+            else tuple(_to_torch(v, back) for v in value)
+    if isinstance(value, Tensor):
+        found = back.get(id(value))
+        if found is not None:
+            return found
+        import torch
+        return torch.from_dlpack(value)
+    return value
+
+
+def release_completed() -> None:
+    """End the loans of library calls made with torch tensors whose work has completed, on
+    every torch stream used so far (no wait), raising a run-time check's failure if one of
+    them reported one."""
+    for stream in list(_STREAMS.values()):
+        stream.release_completed()

@@ -1,0 +1,313 @@
+"""Activations: ``softmax`` over the last axis, ``silu_mul`` (SwiGLU's gate) and ``gelu``, for
+float16, bfloat16 and float32 tensors of any rank (leading dimensions are rows) and any row
+length. The math is float32 whatever the storage type, with ``exp`` as ``exp2`` of a scaled
+argument.
+
+Softmax has two schedules: a row of up to :data:`SOFTMAX_MAX_TILE` elements is one tile
+(several short rows per program); a longer row is cut into column chunks, and two launches
+work on them in parallel: the first writes each chunk's maximum and sum of exponentials, the
+second combines a row's chunk statistics (the online-softmax rescaling) and writes its chunk.
+The elementwise ones tile rows and columns freely.
+
+May import every layer below the public surface, ``tilesafe.core`` (the device language) and
+the library's own helpers."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tilesafe.core as tc
+
+from .._callsite import caller_location
+from ..autotune import autotune
+from ..deviceops.deviceop import DeviceOp
+from ..dtypes import float32
+from ..errors import ArgumentError
+from ..host.tensor import Tensor
+from ..kernel import function, kernel
+from ._outputs import Output
+from ._rowwise import (RowsOutput, WarpVariants, as_rows, check_like, check_tensor,
+                       chunk_columns, finish, matrix_tile, next_pow2, row_tile, rows_bucket)
+from ._torch import accepts_torch
+
+LOG2E = 1.4426950408889634
+#: the longest softmax row kept whole in one program's tile; longer rows are chunked
+SOFTMAX_MAX_TILE = 16384
+#: elements of one program's tile (rows x padded row) a softmax launch aims at most for
+TILE_BUDGET = 8192
+#: softmax configs: rows per program for rows that fit a tile, the chunk for longer ones (and
+#: optionally ``"warps"``, as for the norms)
+SOFTMAX_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
+                   {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
+                   {"rows": 1, "chunk": 4096})
+#: elementwise configs: a (rows, columns) tile
+ELEMENTWISE_CONFIGS = ({"rows": 2, "cols": 1024}, {"rows": 4, "cols": 1024},
+                       {"rows": 1, "cols": 2048}, {"rows": 8, "cols": 512},
+                       {"rows": 1, "cols": 512}, {"rows": 4, "cols": 2048})
+
+
+# -- device side ---------------------------------------------------------------------------
+
+@kernel
+def softmax_rows(z: tc.MutTensor["T", ("R", "BH")], x: tc.Tensor["T", (-1, -1)]):  # noqa: F821
+    """``z`` = softmax of the whole rows of ``x`` it covers (padding reads as -inf)."""
+    xf = tc.load_tile_like(x, z, padding=float("-inf")).astype(tc.f32)
+    # rows past the tensor's end are all padding: keep their arithmetic finite (never stored)
+    top = tc.maximum(tc.reduce_max(xf, 1, keepdims=True), -3.0e38)
+    e = tc.exp2((xf - top) * LOG2E)
+    # a real row's sum is >= 1 (its maximum contributes exp(0)), so this changes no real row
+    total = tc.maximum(tc.reduce_sum(e, 1, keepdims=True), 1.0)
+    z.store((e / total).astype(z.dtype))
+
+
+@kernel
+def softmax_chunk_stats(top: tc.MutTensor[tc.f32, (1, 1)], total: tc.MutTensor[tc.f32, (1, 1)],
+                        x: tc.Tensor["T", (-1, -1)], BC: tc.Const[int]):  # noqa: F821
+    """For chunk ``(row, c)`` of ``x`` (``BC`` columns): its maximum and the sum of
+    ``exp(x - maximum)`` over it."""
+    row, chunk, _ = tc.get_tile_block_id()
+    xf = x.partition((1, BC), padding=float("-inf")).load((row, chunk)).astype(tc.f32)
+    best = tc.maximum(tc.reduce_max(xf, 1, keepdims=True), -3.0e38)  # finite, as in rows
+    top.store(best)
+    total.store(tc.reduce_sum(tc.exp2((xf - best) * LOG2E), 1, keepdims=True))
+
+
+@kernel
+def softmax_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
+                        top: tc.Tensor[tc.f32, (-1, -1)], total: tc.Tensor[tc.f32, (-1, -1)],
+                        CP: tc.Const[int]):
+    """``z`` = one chunk of a softmax row, from the row's chunk statistics (``CP`` >= the
+    chunk count, a power of two): the row maximum is the chunks' maximum, the row sum the
+    chunks' sums rescaled to it."""
+    row, _, _ = tc.get_tile_block_id()
+    tops = top.partition((1, CP), padding=float("-inf")).load((row, 0))
+    best = tc.reduce_max(tops, 1, keepdims=True)
+    sums = total.partition((1, CP)).load((row, 0)) * tc.exp2((tops - best) * LOG2E)
+    # >= 1 for a real row (its maximum's chunk contributes exp(0)); 0 only if all are -inf
+    row_total = tc.maximum(tc.reduce_sum(sums, 1, keepdims=True), 1.0)
+    xf = tc.load_tile_like(x, z, padding=float("-inf")).astype(tc.f32)
+    z.store((tc.exp2((xf - best) * LOG2E) / row_total).astype(z.dtype))
+
+
+@function
+def _silu(g):
+    """``g * sigmoid(g)`` of an f32 tile (``exp(-g)`` as ``exp2``)."""
+    return g / (1.0 + tc.exp2(g * -LOG2E))
+
+
+@kernel
+def silu_mul_tiles(z: tc.MutTensor["T", ("R", "BC")], gate: tc.Tensor["T", (-1, -1)],  # noqa: F821
+                   up: tc.Tensor["T", (-1, -1)]):  # noqa: F821
+    """``z = round(round(silu(gate)) * up)``: the two roundings of transformers' MLP."""
+    activated = _silu(tc.load_tile_like(gate, z).astype(tc.f32)).astype(z.dtype)
+    z.store((activated.astype(tc.f32) * tc.load_tile_like(up, z).astype(tc.f32)).astype(z.dtype))
+
+
+SQRT_HALF = 0.7071067811865476
+TANH_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+
+
+@function
+def _erfc_abs(a):
+    """``erfc(a)`` for an f32 tile ``a >= 0`` (Chebyshev fit, relative error < 1.2e-7
+    everywhere, so the tails stay accurate)."""
+    t = 1.0 / (1.0 + 0.5 * a)
+    p = -0.82215223 + t * 0.17087277
+    p = 1.48851587 + t * p
+    p = -1.13520398 + t * p
+    p = 0.27886807 + t * p
+    p = -0.18628806 + t * p
+    p = 0.09678418 + t * p
+    p = 0.37409196 + t * p
+    p = 1.00002368 + t * p
+    p = -1.26551223 + t * p
+    return t * tc.exp2((p - a * a) * LOG2E)
+
+
+@kernel
+def gelu_tiles(z: tc.MutTensor["T", ("R", "BC")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
+               TANH: tc.Const[bool]):
+    """``z = gelu(x)``: exact (``x * Phi(x)``, with ``erfc``) or the tanh approximation."""
+    xf = tc.load_tile_like(x, z).astype(tc.f32)
+    if TANH:
+        inner = (xf + 0.044715 * xf * xf * xf) * TANH_SCALE
+        y = xf / (1.0 + tc.exp2(inner * (-2.0 * LOG2E)))  # 0.5 x (1 + tanh u) = x sigmoid(2u)
+    else:
+        tail = 0.5 * _erfc_abs(tc.abs(xf) * SQRT_HALF)  # Phi(-|x|)
+        y = xf * tc.where(xf < 0.0, tail, 1.0 - tail)
+    z.store(y.astype(z.dtype))
+
+
+# -- launches (tile choices) -----------------------------------------------------------------
+
+#: the whole-row softmax, also compiled for 8 warps per program (wide tiles)
+_SOFTMAX_ROWS = WarpVariants(softmax_rows)
+
+
+def _rows_key(x: Tensor, *rest: Any, **_: Any) -> tuple:
+    return (rows_bucket(x.shape[0]), x.shape[1], x.dtype.name)
+
+
+@autotune(configs=SOFTMAX_CONFIGS, key=_rows_key,
+          kernels=(*_SOFTMAX_ROWS.kernels, softmax_chunk_stats, softmax_chunk_apply))
+def _launch_softmax(x: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
+    rows, columns = x.shape
+    block = next_pow2(columns)
+    if block <= SOFTMAX_MAX_TILE:
+        tile = (row_tile(config["rows"], rows, block, TILE_BUDGET), block)
+        return _SOFTMAX_ROWS.pick(tile, config)(out.partition(tile), x)
+    chunk = chunk_columns(config["chunk"], rows, columns, SOFTMAX_MAX_TILE)
+    chunks = -(-columns // chunk)
+    top = Output(None, (rows, chunks), float32, x.device, name="chunk maxima", op="softmax")
+    total = Output(None, (rows, chunks), float32, x.device, name="chunk sums", op="softmax")
+    stats = softmax_chunk_stats(top.partition((1, 1)), total.partition((1, 1)), x, BC=chunk)
+
+    return stats.then(lambda r: softmax_chunk_apply(
+        out.partition((1, chunk)), x, top.tensor(r.top), total.tensor(r.total),
+        CP=next_pow2(chunks)))
+
+
+def _tiles_key(x: Tensor, *rest: Any, **_: Any) -> tuple:
+    return (rows_bucket(x.shape[0]), next_pow2(x.shape[1]), x.dtype.name)
+
+
+def _elementwise_tile(x: Tensor, config: dict) -> tuple[int, int]:
+    return matrix_tile(config["rows"], config["cols"], *x.shape)
+
+
+@autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(silu_mul_tiles,))
+def _launch_silu_mul(gate: Tensor, up: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
+    return silu_mul_tiles(out.partition(_elementwise_tile(gate, config)), gate, up)
+
+
+@autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(gelu_tiles,))
+def _launch_gelu(x: Tensor, out: RowsOutput, tanh: bool, *, config: dict) -> DeviceOp:
+    return gelu_tiles(out.partition(_elementwise_tile(x, config)), x, TANH=tanh)
+
+
+# -- public functions -------------------------------------------------------------------------
+
+@accepts_torch
+def softmax(x: Tensor, *, axis: int = -1, out: Optional[Tensor] = None) -> DeviceOp:
+    """Softmax over the last axis, as ``torch.softmax(x, -1)``: in float32, ``exp(x - max) /
+    sum(exp(x - max))`` per row, rounded once to ``x``'s dtype.
+
+    Rows of up to ``SOFTMAX_MAX_TILE`` elements are each one tile (several per program when
+    short); longer rows (vocabularies) are split into chunks, reduced to per-chunk maxima and
+    sums by one launch and normalized by a second (the online-softmax combination), so any row
+    length works. A row whose elements are all ``-inf`` gives zeros (torch gives NaN).
+
+    Args:
+        x: float16, bfloat16 or float32 tensor of shape ``(..., n)``, ``n >= 1``.
+        axis: the axis to normalize over; only the last (``-1`` or ``x.ndim - 1``).
+        out: optional output of ``x``'s shape and dtype (else a new tensor).
+
+    Returns:
+        A DeviceOp whose result is the output tensor.
+
+    Raises:
+        ArgumentError: a non-tensor, an unsupported dtype, another axis, an empty row, or an
+            ``out`` that does not match.
+    """
+    op = "softmax"
+    x = check_tensor(x, "x", op)
+    rank = len(x.shape)
+    if isinstance(axis, bool) or not isinstance(axis, int) or axis not in (-1, rank - 1):
+        raise ArgumentError(f"{op}: axis={axis!r}; only the last axis (-1) is supported",
+                            caller_location(), hint="move the axis last (x.permute(...)."
+                            "clone()) and pass axis=-1")
+    _check_row_length(x, op)
+    output = RowsOutput(out, x.shape, x.dtype, x.device, op=op)
+    return finish(_launch_softmax(as_rows(x, "x", op), output), lambda r: output.result(r.z))
+
+
+@accepts_torch
+def silu_mul(x: Tensor, up: Optional[Tensor] = None, *,
+             out: Optional[Tensor] = None) -> DeviceOp:
+    """SwiGLU's gating: ``silu(gate) * up``.
+
+    Two forms, one kernel: ``silu_mul(gate_up)`` takes the output of a merged gate/up
+    projection (last axis ``2 * I``: the gate's ``I`` columns first, then up's, as vLLM's
+    ``silu_and_mul``), which is what an engine should use (one GEMM instead of two); and
+    ``silu_mul(gate, up)`` takes the two projections (transformers' ``gate_proj`` and
+    ``up_proj``) as tensors of one shape. Rounding follows transformers' Qwen3/Llama MLP
+    (``act_fn(gate) * up``): ``silu`` is computed in float32 and rounded to the dtype, then
+    the product is computed in float32 and rounded again (for float32 the same as one rounding).
+
+    Args:
+        x: the merged ``(..., 2 * I)`` tensor, or the gate ``(..., I)`` when ``up`` is given;
+            float16, bfloat16 or float32.
+        up: optional up projection, ``x``'s shape, dtype and device.
+        out: optional output of shape ``(..., I)`` and ``x``'s dtype (else a new tensor).
+
+    Returns:
+        A DeviceOp whose result is the ``(..., I)`` output tensor.
+
+    Raises:
+        ArgumentError: a non-tensor, an unsupported dtype, an odd last axis (merged form), an
+            ``up`` of another shape, dtype or device, or an ``out`` that does not match.
+    """
+    op = "silu_mul"
+    x = check_tensor(x, "x", op)
+    if up is None:
+        width = x.shape[-1]
+        if width % 2:
+            raise ArgumentError(f"{op}: x's last axis has {width} elements; the merged form "
+                                "needs an even count (gate's columns, then up's)",
+                                caller_location(), hint="pass silu_mul(gate, up) for separate "
+                                "tensors, or the (..., 2 * I) output of a merged projection")
+        rows = as_rows(x, "x", op)
+        half = width // 2
+        gate, up_rows = rows[:, :half], rows[:, half:]
+        shape = tuple(x.shape[:-1]) + (half,)
+    else:
+        up = check_tensor(up, "up", op)
+        if tuple(up.shape) != tuple(x.shape):
+            raise ArgumentError(f"{op}: up has shape {tuple(up.shape)}, the gate "
+                                f"{tuple(x.shape)}; they must agree", caller_location(),
+                                hint="pass the gate and up projections of one input")
+        check_like(up, "up", x, "gate", op)
+        gate, up_rows = as_rows(x, "gate", op), as_rows(up, "up", op)
+        shape = tuple(x.shape)
+    if shape[-1] == 0:
+        raise ArgumentError(f"{op}: the gate has no columns (x of shape {tuple(x.shape)})",
+                            caller_location(), hint="pass a non-empty last axis")
+    output = RowsOutput(out, shape, x.dtype, x.device, op=op)
+    return finish(_launch_silu_mul(gate, up_rows, output), lambda r: output.result(r.z))
+
+
+@accepts_torch
+def gelu(x: Tensor, *, approximate: str = "none", out: Optional[Tensor] = None) -> DeviceOp:
+    """GELU, as ``torch.nn.functional.gelu(x, approximate=...)``, in float32 and rounded once.
+
+    ``"none"``: ``x * Phi(x)`` with the normal CDF from an ``erfc`` approximation of relative
+    error below 1.2e-7 (also in the far negative tail); ``"tanh"``: ``0.5 * x * (1 + tanh(
+    sqrt(2 / pi) * (x + 0.044715 * x**3)))``, computed as ``x * sigmoid(2 * ...)``.
+
+    Args:
+        x: float16, bfloat16 or float32 tensor of any shape (rank >= 1).
+        approximate: ``"none"`` or ``"tanh"``.
+        out: optional output of ``x``'s shape and dtype (else a new tensor).
+
+    Returns:
+        A DeviceOp whose result is the output tensor.
+
+    Raises:
+        ArgumentError: a non-tensor, an unsupported dtype, another ``approximate``, or an
+            ``out`` that does not match.
+    """
+    op = "gelu"
+    x = check_tensor(x, "x", op)
+    if approximate not in ("none", "tanh"):
+        raise ArgumentError(f"{op}: approximate={approximate!r}; use 'none' or 'tanh'",
+                            caller_location(), hint="approximate='none' is the exact GELU")
+    _check_row_length(x, op)
+    output = RowsOutput(out, x.shape, x.dtype, x.device, op=op)
+    launch = _launch_gelu(as_rows(x, "x", op), output, approximate == "tanh")
+    return finish(launch, lambda r: output.result(r.z))
+
+
+def _check_row_length(x: Tensor, op: str) -> None:
+    if x.shape[-1] == 0:
+        raise ArgumentError(f"{op}: x of shape {tuple(x.shape)} has an empty last axis",
+                            caller_location(), hint="pass a non-empty last axis")

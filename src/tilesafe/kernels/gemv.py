@@ -1,0 +1,243 @@
+"""The skinny path of ``matmul``: ``out = a @ b`` for M = 1-16 rows (a decode step's linear
+layers), where the weight is read once and the time is the weight's bytes over the memory
+bandwidth.
+
+Each program owns a block of ``BN`` output columns for all M rows and loops over K in chunks of
+``BK``; the weight tile is the only large read. Two inner products, chosen by M:
+
+* M = 1 (f16/bf16): elementwise multiply into an f32 ``(BN, BK)`` accumulator, reduced over K
+  once at the end. One conversion and one FMA per weight element keeps the f32 pipes at a
+  small fraction of their rate at HBM speed, and nothing is padded.
+* M = 2-16 (and the 8-bit floats at any M <= 16): ``mma`` with the rows padded to 16 on load
+  (zeros, which add nothing). Elementwise work would grow with M up to the whole f32 rate at
+  M = 16, while the tensor cores do the padded product for free next to the memory time.
+
+When ``N / BN`` programs are too few to keep every SM streaming, K is split into ``S`` slices
+(split-K): the operands are viewed as ``(S, ...)`` stacks of K-slices (views, no copies, so
+each slice's edge tile is padded within the slice), program ``(s, j)`` writes its f32 partial
+product into row block ``s`` of a workspace, and a second launch sums the slices (and applies
+the scales of ``scaled_matmul``) into the output. With ``S = 1`` the first launch writes the
+output directly.
+
+May import the host and device languages, ``errors`` and ``autotune``; knows nothing of the
+public functions in ``kernels.matmul``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tilesafe.core as tc
+
+from ..kernel import function as _device_function, kernel as _make_kernel
+from ..autotune import autotune
+from ..dtypes import DType, float32
+from ._outputs import Output
+
+#: SMs of the GPU the split-K choice plans for (an H100 SXM)
+SM_COUNT = 132
+#: rows of the mma path's tiles (the rows of a padded to this many)
+MMA_ROWS = 16
+#: columns per program of the merge launch
+MERGE_COLUMNS = 128
+
+
+# -- device code --------------------------------------------------------------------------------
+
+@_device_function
+def _slice_product(a, b, s, j, BM, BN, BK):
+    """f32 ``(BM, BN)``: rows ``0..BM`` of K-slice ``s`` of ``a`` (S, M, Ks) times column tile
+    ``j`` of slice ``s`` of ``b`` (S, Ks, N)."""
+    pa, pb = a.partition((1, BM, BK)), b.partition((1, BK, BN))
+    acc = tc.zeros((BM, BN), tc.f32)
+    for k in range(tc.num_tiles(pa, 2)):
+        acc = tc.mma(pa.load((s, 0, k)).reshape((BM, BK)),
+                     pb.load((s, k, j)).reshape((BK, BN)), acc)
+    return acc
+
+
+@_device_function
+def _slice_dot(x, w, s, j, BN, BK):
+    """f32 ``(1, BN)``: the one row of K-slice ``s`` of ``x`` (S, 1, Ks) against rows
+    ``j*BN..`` of slice ``s`` of the weight ``w`` (S, N, Ks), elementwise."""
+    px, pw = x.partition((1, 1, BK)), w.partition((1, BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 2)):
+        row = px.load((s, 0, k)).reshape((1, BK)).astype(tc.f32)
+        acc = acc + pw.load((s, j, k)).reshape((BN, BK)).astype(tc.f32) * row
+    return acc.sum(1).reshape((1, BN))
+
+
+@_device_function
+def scale_product(scale_a, scale_b):
+    """The product of the two per-tensor scales, as a (1, 1) f32 tile."""
+    one = (1,)
+    return (scale_a.partition(one).load((0,)) * scale_b.partition(one).load((0,))).reshape((1, 1))
+
+
+@_make_kernel(examples=[{"T": tc.f16, "TO": tc.f16, "BM": 16, "BN": 64, "BK": 256}])
+def skinny_mma(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
+               b: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
+    s, j, _ = tc.get_tile_block_id()
+    z.store(_slice_product(a, b, s, j, BM, BN, BK).astype(z.dtype))
+
+
+@_make_kernel(examples=[{"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 16, "BN": 64, "BK": 256}])
+def skinny_mma_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1, -1)],
+                      b: tc.Tensor["T", (-1, -1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
+                      scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
+    s, j, _ = tc.get_tile_block_id()
+    acc = _slice_product(a, b, s, j, BM, BN, BK)
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
+
+
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 32, "BK": 256}])
+def gemv(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, 1, -1)],
+         w: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
+    s, j, _ = tc.get_tile_block_id()
+    z.store(_slice_dot(x, w, s, j, BN, BK).astype(z.dtype))
+
+
+@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS}])
+def merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)]):
+    i, j, _ = tc.get_tile_block_id()
+    pp = parts.partition((1, BM, BN))
+    acc = tc.zeros((BM, BN), tc.f32)
+    for s in range(tc.num_tiles(pp, 0)):
+        acc = acc + pp.load((s, i, j)).reshape((BM, BN))
+    z.store(acc.astype(z.dtype))
+
+
+@_make_kernel(examples=[{"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS}])
+def merge_slices_scaled(z: tc.MutTensor["TO", ("BM", "BN")],
+                        parts: tc.Tensor[tc.f32, (-1, -1, -1)],
+                        scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)]):
+    i, j, _ = tc.get_tile_block_id()
+    pp = parts.partition((1, BM, BN))
+    acc = tc.zeros((BM, BN), tc.f32)
+    for s in range(tc.num_tiles(pp, 0)):
+        acc = acc + pp.load((s, i, j)).reshape((BM, BN))
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+def slices(n: int, k: int, bn: int, bk: int, waves: int) -> int:
+    """How many K-slices: the smallest power of two giving at least ``waves`` programs per SM
+    (``ceil(n / bn)`` column blocks per slice), as long as each slice still holds a whole
+    ``bk`` chunk and starts 16-element aligned (``k`` divisible by ``16 * slices``);
+    1 when ``k`` does not allow a split."""
+    blocks = -(-n // bn)
+    count = 1
+    while blocks * count < waves * SM_COUNT:
+        nxt = count * 2
+        if k % (16 * nxt) or k // nxt < bk:
+            break
+        count = nxt
+    return count
+
+
+def _k_slices(t: Any, count: int) -> Any:
+    """``t`` (R, K) viewed as its ``count`` K-slices, (count, R, K / count); no copy."""
+    rows, k = t.shape
+    return t.reshape(rows, count, k // count).permute(1, 0, 2)
+
+
+def _slices_kn(b_kn: Any, count: int) -> Any:
+    """``b_kn`` (K, N) viewed as (count, K / count, N); no copy."""
+    k, n = b_kn.shape
+    return b_kn.reshape(count, k // count, n)
+
+
+def m_bucket(m: int) -> int:
+    """The power of two at or above ``m``: rows that share a tuned config."""
+    return 1 << max(0, int(m) - 1).bit_length()
+
+
+def problem_key(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any) -> tuple:
+    """The autotune key of every matmul launch: (M bucket, N, K, dtype, scaled)."""
+    return (m_bucket(a.shape[0]), b_kn.shape[1], a.shape[1], a.dtype.name,
+            scale_a is not None)
+
+
+#: (BN, BK, waves): columns per program, K chunk, programs per SM wanted before splitting K
+SKINNY_CONFIGS = (
+    {"BN": 64, "BK": 256, "waves": 2},
+    {"BN": 32, "BK": 256, "waves": 2},
+    {"BN": 64, "BK": 128, "waves": 4},
+    {"BN": 128, "BK": 128, "waves": 2},
+    {"BN": 32, "BK": 512, "waves": 2},
+    {"BN": 64, "BK": 256, "waves": 1},
+)
+GEMV_CONFIGS = (
+    {"BN": 32, "BK": 256, "waves": 2},
+    {"BN": 64, "BK": 128, "waves": 2},
+    {"BN": 16, "BK": 512, "waves": 2},
+    {"BN": 32, "BK": 256, "waves": 4},
+    {"BN": 64, "BK": 256, "waves": 1},
+)
+
+
+def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,
+           scales: Optional[tuple]) -> Any:
+    """The second launch: the ``count`` slices of the workspace summed into ``out``."""
+    def merge(result: Any) -> Any:
+        parts = workspace.tensor(result.z).reshape(count, rows, n)
+        target = out.partition((rows, MERGE_COLUMNS))
+        if scales is None:
+            return merge_slices(target, parts)
+        return merge_slices_scaled(target, parts, *scales)
+    return parts_op.then(merge)
+
+
+def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: dict, *,
+             elementwise: bool) -> Any:
+    """The skinny path's launches for ``a`` (M, K) with M <= 16, ``b_kn`` a (K, N) tensor (a
+    view of the weight), ``out`` the call's :class:`~tilesafe.kernels._outputs.Output` (M, N),
+    ``scales`` None or the two (1,) f32 scale tensors, ``elementwise`` for the M = 1 GEMV
+    (else mma): a DeviceOp whose result is the last launch's named tuple (``.z``: the output's
+    partition). ``config["BK"]`` counts 16-bit elements: the 8-bit floats take twice as many,
+    the same bytes."""
+    m, k = a.shape
+    n = b_kn.shape[1]
+    bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
+    count = slices(n, k, bn, bk, int(config["waves"]))
+    rows = 1 if elementwise else MMA_ROWS
+    # the workspace is an output of the call: allocated by torch for a call with torch tensors
+    # (so that a torch graph capture holds it), else lazily by tilesafe
+    workspace = out if count == 1 else Output(None, (count * rows, n), float32, a.device,
+                                              name="workspace", op="matmul")
+    target = workspace.partition((rows, bn))
+    a_slices = _k_slices(a, count)
+    if elementwise:
+        op = gemv(target, a_slices, _k_slices(b_kn.T, count), BK=bk)
+    elif scales is None or count > 1:
+        op = skinny_mma(target, a_slices, _slices_kn(b_kn, count), BK=bk)
+    else:
+        op = skinny_mma_scaled(target, a_slices, _slices_kn(b_kn, count), *scales, BK=bk)
+    if count == 1:
+        return op
+    return _merge(op, workspace, out, rows, count, n, scales)
+
+
+@autotune(configs=SKINNY_CONFIGS, key=problem_key, kernels=(skinny_mma, skinny_mma_scaled,
+                                                           merge_slices, merge_slices_scaled),
+          name="tilesafe.kernels.matmul.skinny")
+def launch_skinny(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
+                  config: dict) -> Any:
+    """M = 2-16 (any M <= 16 for the 8-bit floats): the mma path (see :func:`launches`)."""
+    scales = None if scale_a is None else (scale_a, scale_b)
+    return launches(a, b_kn, out, scales, config, elementwise=False)
+
+
+@autotune(configs=GEMV_CONFIGS, key=problem_key, kernels=(gemv, merge_slices),
+          name="tilesafe.kernels.matmul.gemv")
+def launch_gemv(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
+                config: dict) -> Any:
+    """M = 1, f16/bf16: the elementwise path (see :func:`launches`)."""
+    return launches(a, b_kn, out, None, config, elementwise=True)
+
+
+def uses_gemv(m: int, dtype: DType, scaled: bool) -> bool:
+    """Whether ``m`` rows of ``dtype`` take the elementwise M = 1 path."""
+    return m == 1 and not scaled and dtype.name in ("float16", "bfloat16")

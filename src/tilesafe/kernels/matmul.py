@@ -1,0 +1,398 @@
+"""Matrix multiplication for linear layers: ``matmul`` (f16/bf16) and ``scaled_matmul`` (8-bit
+floats with per-tensor scales, like ``torch._scaled_mm``).
+
+``y = a @ b.T`` with ``a`` (..., K) and the weight ``b`` (N, K), K contiguous: the layout of
+every checkpoint (``b_layout="kn"`` takes a (K, N) ``b`` instead). The weight is read through a
+transposed view, never copied. Products accumulate in f32; scales and the output conversion are
+applied once, in the epilogue.
+
+Three paths, chosen by the shape on the host (each tuned by ``tilesafe.autotune``, keyed on
+(M bucket, N, K, dtype, scaled)):
+
+* M <= 16 (a decode step): the skinny path of ``kernels.gemv``, where the weight is read once
+  at memory bandwidth (split-K when the column blocks alone are too few for the SMs);
+* fewer 128 x 128 output tiles than SMs: one output tile per program (``matmul_tiled``),
+  tiles sized so that the grid fills the GPU;
+* otherwise persistent: one program per SM walking bands of ``GROUP_ROWS`` tile rows column
+  by column (``matmul_persistent``, a ``MappedPartitionMut``), so that the programs running
+  at once share their A and B tiles in L2.
+
+Edge tiles need no care from the caller: tile loads pad with zeros past the extents (which add
+nothing to a dot product) and stores are masked.
+
+May import every layer below the public surface, ``tilesafe.core`` (the device language) and
+the other modules of ``kernels``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import tilesafe.core as tc
+
+from ..kernel import function as _device_function, kernel as _make_kernel
+from .._callsite import caller_location
+from ..autotune import autotune
+from ..deviceops.deviceop import DeviceOp
+from ..dtypes import (DType, bfloat16, float8_e4m3fn, float8_e5m2, float16, float32)
+from ..errors import ArgumentError
+from ..host.lazy import not_run_yet
+from ..host.tensor import Tensor, borrow_mut
+from . import gemv as _skinny
+from .gemv import scale_product
+from ._outputs import Output
+from ._torch import accepts_torch
+
+__all__ = ["matmul", "scaled_matmul"]
+
+SM_COUNT = _skinny.SM_COUNT
+#: rows of tiles a persistent program's band spans (L2 reuse of the B tiles)
+GROUP_ROWS = 8
+#: M at or below which the skinny path runs
+SKINNY_ROWS = 16
+MATMUL_DTYPES = (float16, bfloat16)
+SCALED_DTYPES = (float8_e4m3fn, float8_e5m2)
+OUT_DTYPES = (float16, bfloat16, float32)
+
+
+# -- device code --------------------------------------------------------------------------------
+
+@_device_function
+def _tile_product(pa, pb, m, n, BM, BN):
+    """f32 ``(BM, BN)``: row tile ``m`` of ``pa`` times column tile ``n`` of ``pb`` over K."""
+    acc = tc.zeros((BM, BN), tc.f32)
+    for k in range(tc.num_tiles(pa, 1)):
+        acc = tc.mma(pa.load((m, k)), pb.load((k, n)), acc)
+    return acc
+
+
+def matmul_tiled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
+                 b: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
+    i, j, _ = tc.get_tile_block_id()
+    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
+    z.store(acc.astype(z.dtype))
+
+
+def matmul_tiled_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
+                        b: tc.Tensor["T", (-1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
+                        scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
+    i, j, _ = tc.get_tile_block_id()
+    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
+    z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
+
+
+def matmul_persistent(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
+                      a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
+                      BK: tc.Const[int]):
+    pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
+    for idx in z.iter_indices():
+        m, n = idx.coords()
+        z.store(_tile_product(pa, pb, m, n, BM, BN).astype(z.dtype), idx)
+
+
+def matmul_persistent_scaled(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
+                             a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
+                             scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)],
+                             BK: tc.Const[int]):
+    pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
+    scale = scale_product(scale_a, scale_b)
+    for idx in z.iter_indices():
+        m, n = idx.coords()
+        z.store((_tile_product(pa, pb, m, n, BM, BN) * scale).astype(z.dtype), idx)
+
+
+_EXAMPLE = {"T": tc.f16, "TO": tc.f16, "BM": 128, "BN": 128, "BK": 64}
+_EXAMPLE_F8 = {"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 128, "BN": 128, "BK": 128}
+_FUNCTIONS = {
+    ("tiled", False): (matmul_tiled, _EXAMPLE),
+    ("tiled", True): (matmul_tiled_scaled, _EXAMPLE_F8),
+    ("persistent", False): (matmul_persistent, {**_EXAMPLE, "G": (GROUP_ROWS, 1)}),
+    ("persistent", True): (matmul_persistent_scaled, {**_EXAMPLE_F8, "G": (GROUP_ROWS, 1)})}
+_KERNELS: dict = {}  # (style, scaled, warps, cga) -> kernel: the cache of hinted kernels
+
+
+def tile_kernel(style: str, scaled: bool, warps: int = 4, cga: int = 1) -> Any:
+    """The ``style`` ("tiled" or "persistent") kernel, ``scaled`` or not, compiled with
+    ``warps`` worker warps per CTA and clusters of ``cga`` CTAs (one kernel per choice)."""
+    key = (style, scaled, warps, cga)
+    if key not in _KERNELS:
+        hints = {}
+        if warps != 4:
+            hints["num_worker_warps_per_cta"] = warps
+        if cga != 1:
+            hints["num_cta_in_cga"] = cga
+        fn, example = _FUNCTIONS[(style, scaled)]
+        _KERNELS[key] = _make_kernel(fn, hints={"sm_90": hints} if hints else None,
+                                              examples=[example])
+    return _KERNELS[key]
+
+
+# -- launches -------------------------------------------------------------------------------------
+
+#: persistent tiles, best first on the H100 (BK is for 16-bit inputs; the 8-bit floats take
+#: twice as many K per tile, the same bytes). 128 x 256 tiles need two consumer warpgroups
+#: (8 worker warps) or a 2-CTA cluster, else they spill.
+LARGE_CONFIGS = (
+    {"BM": 128, "BN": 256, "BK": 32, "warps": 8, "cga": 1},
+    {"BM": 128, "BN": 256, "BK": 64, "warps": 8, "cga": 1},
+    {"BM": 128, "BN": 128, "BK": 64, "warps": 4, "cga": 1},
+    {"BM": 256, "BN": 128, "BK": 64, "warps": 8, "cga": 1},
+    {"BM": 128, "BN": 256, "BK": 64, "warps": 4, "cga": 2},
+    {"BM": 128, "BN": 128, "BK": 64, "warps": 4, "cga": 2},
+)
+#: one tile per program, for problems with fewer 128 x 128 tiles than SMs
+MEDIUM_CONFIGS = (
+    {"BM": 128, "BN": 64, "BK": 64, "warps": 4, "cga": 1},
+    {"BM": 64, "BN": 128, "BK": 64, "warps": 4, "cga": 1},
+    {"BM": 64, "BN": 64, "BK": 64, "warps": 4, "cga": 1},
+    {"BM": 128, "BN": 128, "BK": 64, "warps": 4, "cga": 1},
+    {"BM": 64, "BN": 64, "BK": 128, "warps": 4, "cga": 1},
+)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _tiles(m: int, n: int, bm: int, bn: int) -> int:
+    return -(-m // bm) * -(-n // bn)
+
+
+def _k_tile(config: dict, dtype: DType) -> int:
+    """The config's K tile for ``dtype``: the same bytes per row as 16-bit inputs."""
+    return int(config["BK"]) * max(1, 2 // dtype.itemsize)
+
+
+def _scale_args(scale_a: Any, scale_b: Any) -> tuple:
+    return () if scale_a is None else (scale_a, scale_b)
+
+
+@autotune(configs=LARGE_CONFIGS, key=_skinny.problem_key,
+          kernels=(tile_kernel("persistent", False), tile_kernel("persistent", True)),
+          name="tilesafe.kernels.matmul.persistent")
+def launch_persistent(a: Any, b_kn: Any, out: Output, scale_a: Any, scale_b: Any, *,
+                      config: dict) -> DeviceOp:
+    """The persistent launch (``min(tiles, SM_COUNT)`` programs). A 128 x 256 config whose
+    tiles would not cover every SM once falls back to 128 x 128 tiles; 64 rows or fewer take
+    64 x 128 tiles, 128 or fewer 128 x 128."""
+    (m, _), n = a.shape, b_kn.shape[1]
+    bm, bn, warps, cga = int(config["BM"]), int(config["BN"]), config["warps"], config["cga"]
+    if bn > 128 and _tiles(m, n, bm, bn) < SM_COUNT:
+        bm, bn, warps = 128, 128, 4
+    if m <= 64 < bm:  # a few rows, many columns (a prefill chunk on a vocabulary projection):
+        bm, bn, warps = 64, 128, 4  # 64 x 256 tiles spill with one warpgroup (sm_90 cubin)
+    elif m <= 128 < bm:
+        bm, bn, warps = 128, 128, 4
+    programs = min(_tiles(m, n, bm, bn), SM_COUNT)
+    programs = max(cga, programs // cga * cga)
+    kernel = tile_kernel("persistent", scale_a is not None, warps, cga)
+
+    def run(tensor: Tensor, moved: bool) -> DeviceOp:
+        part = (tensor if moved else borrow_mut(tensor)).partition((bm, bn))
+        return kernel(part.map((GROUP_ROWS, 1), programs), a, b_kn,
+                      *_scale_args(scale_a, scale_b), BK=_k_tile(config, a.dtype))
+    if isinstance(out.value, Tensor):
+        return run(out.value, False)
+    # a lazy allocation has no mapped partition before it runs: map the tensor it makes
+    return out.value.then(lambda tensor: run(tensor, True))
+
+
+@autotune(configs=MEDIUM_CONFIGS, key=_skinny.problem_key,
+          kernels=(tile_kernel("tiled", False), tile_kernel("tiled", True)),
+          name="tilesafe.kernels.matmul.tiled")
+def launch_tiled(a: Any, b_kn: Any, out: Output, scale_a: Any, scale_b: Any, *,
+                 config: dict) -> DeviceOp:
+    """One output tile per program; the tile is no taller or wider than the problem (rounded
+    up to a power of two, at least 16)."""
+    (m, _), n = a.shape, b_kn.shape[1]
+    bm = min(int(config["BM"]), max(16, _pow2_at_least(m)))
+    bn = min(int(config["BN"]), max(16, _pow2_at_least(n)))
+    kernel = tile_kernel("tiled", scale_a is not None, config["warps"], config["cga"])
+    return kernel(out.partition((bm, bn)), a, b_kn, *_scale_args(scale_a, scale_b),
+                  BK=_k_tile(config, a.dtype))
+
+
+def path_of(m: int, n: int, dtype: DType, scaled: bool) -> str:
+    """Which path ``m`` x ``n`` outputs take: "gemv", "skinny", "tiled" or "persistent"."""
+    if m <= SKINNY_ROWS:
+        return "gemv" if _skinny.uses_gemv(m, dtype, scaled) else "skinny"
+    return "persistent" if _tiles(m, n, 128, 128) >= SM_COUNT else "tiled"
+
+
+_LAUNCHERS: dict[str, Callable[..., DeviceOp]] = {
+    "gemv": _skinny.launch_gemv, "skinny": _skinny.launch_skinny,
+    "tiled": launch_tiled, "persistent": launch_persistent}
+
+
+def launch(a: Any, b_kn: Any, out: Output, scale_a: Any = None, scale_b: Any = None) -> DeviceOp:
+    """The launches of one product ``out = a @ b_kn`` (``a`` (M, K), ``b_kn`` a (K, N) tensor or
+    view, ``out`` an :class:`Output` of (M, N)), on the path :func:`path_of` picks: a DeviceOp
+    whose result is the last launch's named tuple (``.z``: the output's partition)."""
+    path = path_of(a.shape[0], b_kn.shape[1], a.dtype, scale_a is not None)
+    return _LAUNCHERS[path](a, b_kn, out, scale_a, scale_b)
+
+
+# -- the public functions -----------------------------------------------------------------------
+
+def _tensor(value: Any, name: str, op: str, where: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, DeviceOp):
+        raise not_run_yet(f"{op}: {name} must be a tensor", value, where,
+                          f", e.g. {name} = {name}.sync()")
+    raise ArgumentError(f"{op}: {name} must be a tilesafe tensor, got {type(value).__name__}",
+                        where, hint=f"pass {name} as ts.tensor(...) or a torch tensor")
+
+
+def _names(dtypes: tuple) -> str:
+    return ", ".join(d.name for d in dtypes)
+
+
+def _operands(a: Any, b: Any, b_layout: str, dtypes: tuple, op: str,
+              where: Any) -> tuple[Tensor, Tensor, tuple]:
+    """Check ``a`` and ``b``; return ``a`` as (M, K), ``b`` as a (K, N) view and the output's
+    leading shape (``a``'s leading dims)."""
+    a, b = _tensor(a, "a", op, where), _tensor(b, "b", op, where)
+    if b_layout not in ("nk", "kn"):
+        raise ArgumentError(f"{op}: b_layout={b_layout!r} is not a layout", where,
+                            hint="b_layout='nk' for a linear layer's weight (N, K), "
+                            "'kn' for a (K, N) matrix")
+    if a.ndim < 2:
+        raise ArgumentError(f"{op}: a has shape {a.shape}; it needs (M, K) or more dims "
+                            "(..., K)", where, hint="reshape a vector to (1, K)")
+    if b.ndim != 2:
+        raise ArgumentError(f"{op}: b has shape {b.shape}; it needs 2 dims, "
+                            f"({'N, K' if b_layout == 'nk' else 'K, N'})", where,
+                            hint="pass the weight matrix itself")
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in dtypes:
+            raise ArgumentError(f"{op}: {name} is {t.dtype.name}; supported: {_names(dtypes)}",
+                                where, hint=f"convert {name} to one of them first")
+    if a.dtype != b.dtype:
+        raise ArgumentError(f"{op}: a is {a.dtype.name} and b is {b.dtype.name}; both need "
+                            "one dtype", where, hint="convert one of them")
+    b_kn = b.T if b_layout == "nk" else b
+    k, n = b_kn.shape
+    if a.shape[-1] != k:
+        raise ArgumentError(f"{op}: a has shape {a.shape} and b {b.shape} (b_layout="
+                            f"{b_layout!r}): K is {a.shape[-1]} in a, {k} in b", where,
+                            hint="a's last dim must equal b's K dim"
+                            + (" (b is (N, K); pass b_layout='kn' for a (K, N) b)"
+                               if b_layout == "nk" else
+                               " (b is (K, N); pass b_layout='nk' for a weight (N, K))"))
+    if str(a.device) != str(b.device):
+        raise ArgumentError(f"{op}: a is on {a.device}, b on {b.device}", where,
+                            hint="move both to one device")
+    if 0 in a.shape or n == 0:
+        raise ArgumentError(f"{op}: a {a.shape} and b {b.shape} have an empty extent", where,
+                            hint="call it with at least one row, column and K element")
+    lead = tuple(a.shape[:-1])
+    try:
+        a2 = a if a.ndim == 2 else a.reshape(-1, k)
+    except ValueError as err:
+        raise ArgumentError(f"{op}: a {a.shape} cannot be viewed as (M, K) rows ({err})", where,
+                            hint="pass a contiguous a (a.clone())") from None
+    return a2, b_kn, lead
+
+
+def _out_dtype(out_dtype: Any, default: DType, op: str, where: Any) -> DType:
+    dtype = default if out_dtype is None else out_dtype
+    if dtype not in OUT_DTYPES:
+        raise ArgumentError(f"{op}: out_dtype={getattr(dtype, 'name', dtype)!r} is not "
+                            f"supported; choose one of {_names(OUT_DTYPES)}", where,
+                            hint="e.g. out_dtype=ts.bfloat16")
+    return dtype
+
+
+def _scale_tensor(value: Any, name: str, device: Any, op: str, where: Any) -> Tensor:
+    t = _tensor(value, name, op, where)
+    if t.dtype != float32 or t.size != 1 or t.ndim > 1:
+        raise ArgumentError(f"{op}: {name} is {t.dtype.name} of shape {t.shape}; it needs one "
+                            "float32 value, shape () or (1,)", where,
+                            hint=f"pass the per-tensor scale as a float32 tensor on {device}, "
+                            "e.g. ts.tensor(np.float32(s), device=...)")
+    if str(t.device) != str(device):
+        raise ArgumentError(f"{op}: {name} is on {t.device}, the operands on {device}", where,
+                            hint=f"move {name} to {device}")
+    return t.reshape(1)
+
+
+def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
+         scales: tuple = (None, None)) -> DeviceOp:
+    (m, _), n = a2.shape, b_kn.shape[1]
+    shape = lead + (n,)
+    result = Output(out, shape, dtype, a2.device, op=op)
+    target = result
+    if len(lead) != 1 and isinstance(result.value, Tensor):
+        target = Output(result.value.reshape(m, n), (m, n), dtype, a2.device, op=op)
+    elif len(lead) != 1:
+        target = Output(None, (m, n), dtype, a2.device, op=op)
+    launched = launch(a2, b_kn, target, *scales)
+    if target is result:
+        return launched.then(lambda r: result.tensor(_plain(r.z)))
+    if isinstance(result.value, Tensor):
+        return launched.then(lambda r: result.value)
+    return launched.then(lambda r: target.tensor(_plain(r.z)).reshape(shape))
+
+
+def _plain(handed_back: Any) -> Any:
+    """The partition a launch handed back (a mapped partition's own partition)."""
+    return handed_back.partition if hasattr(handed_back, "map_shape") else handed_back
+
+
+@accepts_torch
+def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] = None,
+           out: Any = None) -> DeviceOp:
+    """``a @ b.T``: a linear layer's product, f32 accumulation.
+
+    Args:
+        a: the activations, (M, K) or (..., K) (leading dims flattened), float16 or bfloat16.
+        b: the weight, (N, K) with K contiguous (``b_layout="nk"``, the layout of checkpoints),
+            or (K, N) (``b_layout="kn"``: then the product is ``a @ b``); a's dtype.
+        b_layout: "nk" or "kn", see ``b``.
+        out_dtype: the output's dtype (float16, bfloat16 or float32); default a's dtype.
+        out: a tensor of shape (..., N) and ``out_dtype`` to write in place; default a new one.
+
+    Returns:
+        A DeviceOp whose result is the (..., N) output (``out`` itself when given). Torch
+        tensors in give torch tensors out, on torch's current stream.
+
+    Raises:
+        ArgumentError: an operand is not a tensor (or a DeviceOp not run yet), of another
+            dtype, rank or device, K differs, ``b_layout`` or ``out_dtype`` is unknown, or
+            ``out`` has the wrong shape, dtype or device; nothing is launched.
+    """
+    where = caller_location()
+    a2, b_kn, lead = _operands(a, b, b_layout, MATMUL_DTYPES, "matmul", where)
+    dtype = _out_dtype(out_dtype, a2.dtype, "matmul", where)
+    return _run(a2, b_kn, lead, out, dtype, "matmul")
+
+
+@accepts_torch
+def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str = "nk",
+                  out_dtype: DType = bfloat16, out: Any = None) -> DeviceOp:
+    """``(a @ b.T) * scale_a * scale_b`` for 8-bit float operands, like ``torch._scaled_mm``:
+    exact products, f32 accumulation, the scales applied once in the epilogue.
+
+    Args:
+        a: (M, K) or (..., K), float8_e4m3fn or float8_e5m2.
+        b: the weight (N, K) (``b_layout="nk"``) or (K, N) (``"kn"``), a's dtype.
+        scale_a, scale_b: per-tensor float32 scales, device tensors of shape () or (1,) (read
+            on the device: no host synchronization).
+        b_layout: "nk" or "kn", see ``b``.
+        out_dtype: bfloat16 (default), float16 or float32.
+        out: a tensor of shape (..., N) and ``out_dtype`` to write in place.
+
+    Returns:
+        A DeviceOp whose result is the (..., N) output (``out`` itself when given).
+
+    Raises:
+        ArgumentError: as :func:`matmul`, and for a scale that is not one float32 value on
+            the operands' device; nothing is launched.
+    """
+    where = caller_location()
+    a2, b_kn, lead = _operands(a, b, b_layout, SCALED_DTYPES, "scaled_matmul", where)
+    scales = tuple(_scale_tensor(s, name, a2.device, "scaled_matmul", where)
+                   for s, name in ((scale_a, "scale_a"), (scale_b, "scale_b")))
+    dtype = _out_dtype(out_dtype, bfloat16, "scaled_matmul", where)
+    return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales)

@@ -1,0 +1,66 @@
+"""The float modes on cuda:0 against the interpreter: flushed results are zero where the
+interpreter's are, NaN-ignoring extrema are exact, and the fast division and exponentials
+agree within a few ulp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+
+GPU = "cuda:0"
+N = 4096
+
+
+@ts.kernel
+def fast(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)],
+         y: tc.Tensor[tc.f32, (-1,)], MODE: tc.Const[int]):
+    a = tc.load_tile_like(x, z)
+    b = tc.load_tile_like(y, z)
+    if MODE == 0:
+        z.store(tc.exp2(a, flush_to_zero=True))
+    elif MODE == 1:
+        z.store(tc.truediv(a, b, rounding="approx", flush_to_zero=True))
+    elif MODE == 2:
+        z.store(tc.truediv(a, b, rounding="full"))
+    elif MODE == 3:
+        z.store(tc.maximum(a, b, propagate_nan=False))
+    else:
+        z.store(tc.exp(a, approx=True))
+
+
+def _inputs():
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(N) * 40).astype(np.float32)
+    y = (rng.standard_normal(N) * 10).astype(np.float32)
+    x[:8] = [-130, -127, 1e-39, -1e-39, np.nan, 0, 3, -149]
+    y[:8] = [1, np.nan, 1, 2, 1, 1e-39, 1e-39, 1]
+    return x, y
+
+
+def _run(device, mode):
+    x, y = _inputs()
+    z = ts.full(N, np.nan, ts.float32, device=device).sync()
+    out, *_ = fast(z.partition(1024), ts.tensor(x, device=device).sync(),
+                   ts.tensor(y, device=device).sync(), mode).sync()
+    return out.unpartition().numpy()
+
+
+@pytest.mark.parametrize("mode, ulps", [(0, 2), (1, 2), (2, 2), (3, 0), (4, None)])
+def test_gpu_modes_agree_with_the_interpreter(mode, ulps):
+    """``ulps``: the agreement allowed; the fast exp (``2**(x*log2 e)``) inherits the rounding
+    of ``x * log2(e)``: about ``|x| / 2`` ulp besides its own 2."""
+    want, got = _run("cpu", mode), _run(GPU, mode)
+    same_nan = np.isnan(want) == np.isnan(got)
+    assert same_nan.all(), np.nonzero(~same_nan)
+    ok = ~np.isnan(want)
+    w, g = want[ok].astype(np.float64), got[ok].astype(np.float64)
+    x = _inputs()[0][ok].astype(np.float64)
+    allowed = np.full(w.shape, float(ulps)) if ulps is not None else 2 + np.abs(x) / 2
+    assert np.array_equal(w == 0, g == 0)  # flushed (or exact zero) on both
+    assert np.array_equal(np.isinf(w), np.isinf(g))
+    finite = np.isfinite(w) & (w != 0)
+    spacing = np.spacing(np.abs(w[finite]).astype(np.float32)).astype(np.float64)
+    assert (np.abs(g[finite] - w[finite]) <= allowed[finite] * spacing).all()

@@ -1,0 +1,74 @@
+"""The library's torch surface on cuda:0: a call with torch tensors enqueues on torch's current
+stream and returns without waiting; its loans end once the work completed (the next call, or
+``release_completed``); it runs on a torch side stream, and inside a torch CUDA graph capture
+(recorded, replayed by torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.kernels._outputs import Output
+from tilesafe.kernels._torch import accepts_torch, release_completed
+
+torch = pytest.importorskip("torch")
+
+
+@ts.kernel
+def _scaled(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, -1)],  # noqa: F821
+            s: float):
+    z.store(tc.load_tile_like(x, z) * s)
+
+
+@accepts_torch
+def scaled(x, *, scale: float = 2.0, out=None):
+    result = Output(out, x.shape, ts.float32, x.device, op="scaled")
+    tile = 1 << (x.shape[1] - 1).bit_length()
+    return _scaled(result.partition((1, tile)), x, scale).then(lambda r: result.tensor(r.z))
+
+
+def test_eager_calls_chain_on_the_current_stream():
+    x = torch.randn(512, 1000, device="cuda")
+    y = x
+    for _ in range(20):  # each reads the previous output, enqueued back to back
+        y = scaled(y, scale=1.5)
+    torch.cuda.synchronize()
+    assert torch.allclose(y, x * 1.5 ** 20, rtol=1e-5)
+    release_completed()
+
+
+def test_a_side_stream_is_used_and_ordered():
+    side = torch.cuda.Stream()
+    x = torch.randn(256, 300, device="cuda")
+    with torch.cuda.stream(side):
+        y = scaled(x, scale=3.0)
+        z = scaled(y, scale=2.0)
+    side.synchronize()
+    assert torch.allclose(z, x * 6.0, rtol=1e-6)
+
+
+def test_loans_end_once_the_work_completed():
+    x = torch.randn(64, 64, device="cuda")
+    out = torch.empty_like(x)
+    scaled(x, out=out)
+    torch.cuda.synchronize()
+    release_completed()
+    view = ts.from_dlpack(out)  # no loan left on the memory: a tilesafe borrow is allowed
+    ts.borrow_mut(view)
+    assert torch.allclose(out, x * 2)
+
+
+def test_inside_a_torch_cuda_graph():
+    x = torch.randn(128, 96, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        scaled(x)  # compile and load outside the capture
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        y = scaled(x, scale=4.0)
+    x.copy_(torch.ones_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(x, 4.0))

