@@ -74,3 +74,12 @@ def test_embedding_argument_errors(rng):
         with pytest.raises(ts.ArgumentError, match=words) as info:
             embedding(**kwargs)
         assert "test_kernels_embedding.py" in str(info.value)
+
+
+def test_torch_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    table = torch.randn(30, 12, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[29, 0], [4, 4]])
+    got = embedding(ids, table)
+    assert isinstance(got, torch.Tensor) and got.shape == (2, 2, 12)
+    assert torch.equal(got, torch.nn.functional.embedding(ids, table))

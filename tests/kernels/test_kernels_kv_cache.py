@@ -108,3 +108,58 @@ def test_kv_cache_update_argument_errors(rng):
             kv_cache_update(**{**base, **change})
         assert "test_kernels_kv_cache.py" in str(info.value)
     assert np.all(cache_k.numpy() == -1.0)
+
+
+def test_a_decode_step_records_into_a_graph_and_replays_with_new_device_inputs(rng):
+    """What a decode engine records once and replays per token: embedding of the fed token,
+    rope of q/k at the fed positions, the KV-cache write at the fed slots, and the next token
+    (greedy and sampled with a device offset), every input and output allocated beforehand."""
+    from tilesafe.kernels import argmax, embedding, rope, rope_cache, sample
+    vocab, hidden, heads, kv_heads, d, batch, slots_n = 23, 16, 2, 1, 8, 2, 12
+    table = rng.standard_normal((vocab, hidden)).astype(np.float32)
+    q_np = rng.standard_normal((batch, heads, d)).astype(np.float32)
+    k_np = rng.standard_normal((batch, kv_heads, d)).astype(np.float32)
+    logits_np = rng.standard_normal((batch, vocab)).astype(np.float32)
+    cos_sin = rope_cache(slots_n, d).sync()
+    ids, positions = on(np.array([3, 7], np.int32)), on(np.array([0, 0], np.int32))
+    slots, offset = on(np.array([0, 6], np.int32)), on(np.array([0], np.int64))
+    hidden_out = ts.zeros((batch, hidden)).sync()
+    q, k, v = on(q_np), on(k_np), on(k_np)
+    cache_k, cache_v = caches((slots_n, kv_heads, d))
+    logits = on(logits_np)
+    greedy, sampled = ts.zeros((batch,), ts.int32).sync(), ts.zeros((batch,), ts.int32).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(embedding(ids, on(table), out=hidden_out))
+        graph.record(rope(q, k, cos_sin, positions))
+        graph.record(kv_cache_update(cache_k, cache_v, k, v, slots))
+        graph.record(argmax(logits, out=greedy))
+        graph.record(sample(logits, temperature=1.0, top_k=4, seed=9, offset=offset,
+                            out=sampled))
+    assert np.all(cache_k.numpy() == -1.0)  # recorded, nothing ran
+    draws = []
+    for step in range(2):
+        ids.copy_(on(np.array([step, 20 - step], np.int32))).sync()
+        positions.copy_(on(np.array([step, step + 1], np.int32))).sync()
+        slots.copy_(on(np.array([step, 6 + step], np.int32))).sync()
+        offset.copy_(on(np.array([2 * step], np.int64))).sync()
+        graph.replay()
+        assert np.array_equal(hidden_out.numpy(), table[[step, 20 - step]])
+        assert np.array_equal(greedy.numpy(), np.argmax(logits_np, 1))
+        draws.append(sampled.numpy().tolist())
+        assert all(t in np.argsort(-logits_np[r])[:4] for r, t in enumerate(draws[-1]))
+    got = cache_k.numpy()
+    assert np.all(got[[0, 1, 6, 7]] != -1.0) and np.all(np.delete(got, [0, 1, 6, 7], 0) == -1.0)
+    # the second replay drew with offset 2: what a direct call with offset 2 draws
+    direct = sample(on(logits_np), temperature=1.0, top_k=4, seed=9, offset=2).sync()
+    assert draws[1] == direct.numpy().tolist()
+
+
+def test_torch_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    cache_k = torch.full((6, 2, 4), -1.0)
+    cache_v = torch.full((6, 2, 4), -2.0)
+    k = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(0))
+    got_k, got_v = kv_cache_update(cache_k, cache_v, k, k * 2, torch.tensor([5, 1]))
+    assert got_k is cache_k and got_v is cache_v
+    assert torch.equal(cache_k[[5, 1]], k) and torch.equal(cache_v[[5, 1]], k * 2)
+    assert bool((cache_k[[0, 2, 3, 4]] == -1.0).all())

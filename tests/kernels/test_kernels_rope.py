@@ -185,3 +185,16 @@ def test_rope_argument_errors(rng):
 def test_rope_cache_argument_errors(kwargs, words):
     with pytest.raises(ts.ArgumentError, match=words):
         rope_cache(**kwargs)
+
+
+def test_torch_tensors_rotated_in_place():
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 4, 8, generator=generator), torch.randn(3, 2, 8, generator=generator)
+    q_np, k_np = q.numpy().copy(), k.numpy().copy()
+    positions = np.array([4, 1, 0], np.int64)
+    table = torch.from_dlpack(rope_cache(5, 8).sync())
+    got_q, got_k = rope(q, k, table, torch.from_numpy(positions))
+    assert got_q is q and got_k is k
+    check(q.numpy(), reference(q_np, positions, 1e6, "neox"), "float32")
+    check(k.numpy(), reference(k_np, positions, 1e6, "neox"), "float32")

@@ -173,3 +173,14 @@ def test_sample_argument_errors(rng):
         argmax(x.reshape(20))
     with pytest.raises(ts.ArgumentError, match="argmax: logits has dtype int32"):
         argmax(on(np.zeros((2, 3), np.int32)))
+
+
+def test_torch_tensors_in_and_out(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal((3, 40)).astype(np.float32))
+    got = argmax(x)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.int32
+    assert torch.equal(got.long(), torch.argmax(x, -1))
+    drawn = sample(x, temperature=0.5, top_k=3, seed=1, offset=torch.tensor([7]))
+    want = reference(x.numpy(), uniforms(3, 40, 1, 7), 0.5, 3, 1.0)
+    assert drawn.tolist() == want.tolist()

@@ -18,6 +18,7 @@ from ..host.tensor import Tensor
 from ..kernel import kernel
 from . import _token_args as args
 from ._outputs import Output
+from ._torch import accepts_torch
 
 TABLE_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -43,6 +44,7 @@ def _launch(ids: Tensor, table: Tensor, out: Output, *, config: dict) -> DeviceO
     return embedding_rows(out.partition((rows, cols)), table, ids)
 
 
+@accepts_torch
 def embedding(ids: Tensor, table: Tensor, *, out: Optional[Tensor] = None) -> DeviceOp:
     """Look up token embeddings: ``out[..., :] = table[ids[...], :]`` (``F.embedding``).
 
@@ -75,7 +77,7 @@ def embedding(ids: Tensor, table: Tensor, *, out: Optional[Tensor] = None) -> De
         result = Output(out, shape, table.dtype, device, name="out", op=op)
         result.value = _flat_view(op, "out", out, (ids.size, table.shape[1]))
     return _launch(flat_ids, table, result).then(
-        lambda r: r.out.unpartition().reshape(*shape))
+        lambda r: result.tensor(r.out).reshape(*shape))
 
 
 def _flat_view(op: str, name: str, x: Tensor, shape: tuple) -> Tensor:

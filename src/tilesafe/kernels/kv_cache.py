@@ -29,6 +29,7 @@ from ..host.factory import empty
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
+from ._torch import accepts_torch
 
 CACHE_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -88,6 +89,7 @@ def _launch(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor, slots: Tenso
     return slot_coordinates(coordinates.partition((n, 2)), slots).then(write).then(done)
 
 
+@accepts_torch
 def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
                     slots: Tensor) -> DeviceOp:
     """Write new keys and values into the cache slots ``slots``, in place:

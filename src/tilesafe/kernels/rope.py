@@ -30,6 +30,7 @@ from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from . import _token_args as args
 from ._outputs import Output
+from ._torch import accepts_torch
 
 LAYOUTS = ("neox", "gptj")
 
@@ -171,14 +172,11 @@ def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
                             cache, positions, **consts).then(lambda r: (q, k))
     return rope_copy(q_out.partition(_tiles(q, tt, neox)), k_out.partition(_tiles(k, tt, neox)),
                      _layout_view(q, neox), _layout_view(k, neox), cache, positions,
-                     **consts).then(lambda r: (_unview(r.q_out, q.shape),
-                                               _unview(r.k_out, k.shape)))
+                     **consts).then(lambda r: (q_out.tensor(r.q_out).reshape(*q.shape),
+                                               k_out.tensor(r.k_out).reshape(*k.shape)))
 
 
-def _unview(partition: Any, shape: tuple) -> Tensor:
-    return partition.unpartition().reshape(*shape)
-
-
+@accepts_torch
 def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
          layout: str = "neox", out: Optional[tuple] = None) -> DeviceOp:
     """Rotate query and key heads by their tokens' positions (rotary embedding).

@@ -43,6 +43,7 @@ from ..host.tensor import Tensor
 from ..kernel import kernel
 from . import _token_args as args
 from ._outputs import Output
+from ._torch import accepts_torch
 
 LOGIT_DTYPES = ("float16", "bfloat16", "float32")
 #: the largest top_k (the running top-k set is a tile of this many candidates at most)
@@ -175,6 +176,7 @@ def _output(op: str, out: Optional[Tensor], logits: Tensor) -> Output:
     return Output(out, (logits.shape[0],), int32, logits.device, name="out", op=op)
 
 
+@accepts_torch
 def argmax(logits: Tensor, *, out: Optional[Tensor] = None) -> DeviceOp:
     """The index of each row's largest logit (greedy decoding), as ``torch.argmax(logits,
     -1)`` but int32: the first index on ties, the first NaN if a row holds any.
@@ -192,10 +194,11 @@ def argmax(logits: Tensor, *, out: Optional[Tensor] = None) -> DeviceOp:
     """
     op = "argmax"
     logits = _logits(op, logits)
-    return _launch_argmax(logits, _output(op, out, logits)).then(
-        lambda r: r.out.unpartition())
+    result = _output(op, out, logits)
+    return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
 
 
+@accepts_torch
 def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
            seed: int, offset: Union[int, Tensor], out: Optional[Tensor] = None) -> DeviceOp:
     """Draw one token per row from ``softmax(logits / temperature)``, restricted to the
@@ -240,11 +243,11 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
                         "pass a non-negative 32-bit seed")
     result = _output(op, out, logits)
     if temperature == 0:
-        return _launch_argmax(logits, result).then(lambda r: r.out.unpartition())
+        return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
     offset = _offset(op, offset, logits)
     top_k = min(int(top_k), logits.shape[1])
     return _launch_sample(logits, offset, result, int(seed), temperature, top_k,
-                          top_p).then(lambda r: r.out.unpartition())
+                          top_p).then(lambda r: result.tensor(r.out))
 
 
 def _offset(op: str, offset: Any, logits: Tensor) -> Any:
