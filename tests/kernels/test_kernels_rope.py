@@ -87,7 +87,7 @@ def test_rope_in_place_matches_transformers(rng, layout, dtype, tokens, heads, k
 
 
 @pytest.mark.parametrize("layout", ["neox", "gptj"])
-def test_rope_out_leaves_the_inputs_alone(rng, layout):
+def test_rope_q_out_k_out_leave_the_inputs_alone(rng, layout):
     q = rng.standard_normal((4, 3, 8)).astype(np.float32)
     k = rng.standard_normal((4, 2, 8)).astype(np.float32)
     positions = np.array([9, 0, 3, 9], np.int32)  # repeated positions are fine
@@ -95,8 +95,8 @@ def test_rope_out_leaves_the_inputs_alone(rng, layout):
     qt, kt = on(q), on(k)
     q_out = ts.full((4, 3, 8), np.nan, ts.float32).sync()
     k_out = ts.full((4, 2, 8), np.nan, ts.float32).sync()
-    got_q, got_k = rope(qt, kt, table, on(positions), layout=layout,
-                        out=(q_out, k_out)).sync()
+    got_q, got_k = rope(qt, kt, table, on(positions), layout=layout, q_out=q_out,
+                        k_out=k_out).sync()
     assert got_q.shape == (4, 3, 8) and got_k.shape == (4, 2, 8)
     check(q_out.numpy(), reference(q, positions, 500.0, layout), "float32")
     check(k_out.numpy(), reference(k, positions, 500.0, layout), "float32")
@@ -155,11 +155,11 @@ def test_rope_argument_errors(rng):
          "rope: positions has dtype float64; supported: int32, int64"),
         (dict(q=q, k=k, cos_sin_cache=table, positions=on(np.array([0, 1, 2], np.int32))),
          "rope: positions has 3 entries for 2 tokens"),
-        (dict(q=q, k=k, cos_sin_cache=table, positions=pos, out=q),
-         "rope: out= must be a pair"),
+        (dict(q=q, k=k, cos_sin_cache=table, positions=pos, q_out=ts.zeros((2, 3, 8)).sync()),
+         "rope: q_out= and k_out= go together: one of them is missing"),
         (dict(q=q, k=k, cos_sin_cache=table, positions=pos,
-              out=(ts.zeros((2, 3, 8), ts.float16).sync(), ts.zeros((2, 1, 8)).sync())),
-         r"rope: out\[0\]= has shape \(2, 3, 8\) and dtype float16"),
+              q_out=ts.zeros((2, 3, 8), ts.float16).sync(), k_out=ts.zeros((2, 1, 8)).sync()),
+         r"rope: q_out= has shape \(2, 3, 8\) and dtype float16"),
         (dict(q=q, k=np.zeros((2, 1, 8), np.float32), cos_sin_cache=table, positions=pos),
          "rope: k must be a tilesafe tensor, got ndarray"),
         (dict(q=on(np.zeros((2, 3, 7), np.float32)), k=on(np.zeros((2, 1, 7), np.float32)),

@@ -178,12 +178,13 @@ def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
 
 @accepts_torch
 def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
-         layout: str = "neox", out: Optional[tuple] = None) -> DeviceOp:
+         layout: str = "neox", q_out: Optional[Tensor] = None,
+         k_out: Optional[Tensor] = None) -> DeviceOp:
     """Rotate query and key heads by their tokens' positions (rotary embedding).
 
     By default ``q`` and ``k`` are rotated in place (one pass over them, what a decode step
-    wants) and the op's result is ``(q, k)`` themselves; with ``out=(q_out, k_out)`` they are
-    only read and the rotated heads are written to ``q_out``/``k_out``. One launch rotates
+    wants) and the op's result is ``(q, k)`` themselves; with ``q_out=`` and ``k_out=`` they
+    are only read and the rotated heads are written to ``q_out``/``k_out``. One launch rotates
     both, one program per token (the autotuned config may give several tokens per program).
 
     Args:
@@ -198,14 +199,15 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
             raises ``IndexOutOfRangeError`` (on a GPU when the stream is synchronized).
         layout: ``"neox"`` (rotate halves: Qwen3, Llama, transformers' ``rotate_half``) or
             ``"gptj"`` (rotate interleaved pairs).
-        out: ``None`` (in place) or a pair of tensors shaped and typed like ``q`` and ``k``.
+        q_out, k_out: both ``None`` (in place), or both given: tensors shaped and typed like
+            ``q`` and ``k`` to write instead.
 
     Returns:
         A DeviceOp whose result is ``(q, k)`` rotated (or ``(q_out, k_out)``).
 
     Raises:
         ArgumentError: a dtype, rank, shape, device or layout that does not fit (the message
-            says which); ``out`` not a pair of fitting tensors.
+            says which); only one of ``q_out``/``k_out``, or one that does not fit.
     """
     op = "rope"
     if layout not in LAYOUTS:
@@ -239,13 +241,13 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
             raise args.fail(op, f"{name}'s heads are not contiguous (strides "
                             f"{tuple(x.strides)})", f"pass a copy: {name}.clone()")
     neox = layout == "neox"
-    if out is None:
+    if q_out is None and k_out is None:
         return _launch(q, k, cache, positions, neox, None, None)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise args.fail(op, f"out= must be a pair (q_out, k_out), got {type(out).__name__}",
-                        "pass out=(q_out, k_out), or leave it out to rotate in place")
-    q_out = Output(out[0], q.shape, q.dtype, device, name="out[0]", op=op)
-    k_out = Output(out[1], k.shape, k.dtype, device, name="out[1]", op=op)
+    if (q_out is None) != (k_out is None):
+        raise args.fail(op, "q_out= and k_out= go together: one of them is missing",
+                        "pass both (out of place) or neither (in place)")
+    q_out = Output(q_out, q.shape, q.dtype, device, name="q_out", op=op)
+    k_out = Output(k_out, k.shape, k.dtype, device, name="k_out", op=op)
     q_out.value = _layout_view(q_out.value, neox)
     k_out.value = _layout_view(k_out.value, neox)
     return _launch(q, k, cache, positions, neox, q_out, k_out)
