@@ -27,7 +27,7 @@ def tensor(op: str, name: str, value: Any, dtypes: Sequence[str], rank: "int | N
     least ``min_rank``) dimensions."""
     if not isinstance(value, Tensor):
         raise fail(op, f"{name} must be a tilesafe tensor, got {type(value).__name__}",
-                   f"pass a ts.Tensor (ts.tensor(array).sync(), or ts.from_dlpack(x))")
+                   "pass a ts.Tensor (ts.tensor(array).sync(), or ts.from_dlpack(x))")
     if value.dtype.name not in dtypes:
         raise fail(op, f"{name} has dtype {value.dtype.name}; supported: {', '.join(dtypes)}",
                    f"convert {name} to one of {', '.join(dtypes)}")
