@@ -24,10 +24,16 @@ def on(array) -> ts.Tensor:
 @ts.kernel
 def philox_uniforms(out: tc.MutTensor[tc.f32, (1, "VP")], seed: int, offset: tc.i64,
                     vocab: tc.i64):
-    """u[r, j] = tc.rand(seed, (offset + r) * vocab + j): the numbers ``sample`` draws."""
+    """The numbers ``sample`` draws, as documented: column j of row r is word j % 4 of
+    ``randint4x(seed, (offset + r) * ceil(vocab / 4) + j // 4)``, mapped to [0, 1)."""
     i, _, _ = tc.get_tile_block_id()
-    first = (offset + tc.astype(i, tc.i64)) * vocab
-    out.store(tc.rand(seed, first + tc.arange(VP, tc.i64)).reshape((1, VP)))
+    first = (offset + tc.astype(i, tc.i64)) * ((vocab + 3) // 4)
+    columns = tc.arange(VP, tc.i64)
+    words = tc.randint4x(seed, first + columns // 4)
+    lane = columns % 4
+    word = tc.where(lane == 0, words[0], tc.where(lane == 1, words[1],
+                                                  tc.where(lane == 2, words[2], words[3])))
+    out.store(tc.uint_to_uniform(word).reshape((1, VP)))
 
 
 def uniforms(rows: int, vocab: int, seed: int, offset: int) -> np.ndarray:

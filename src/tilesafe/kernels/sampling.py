@@ -20,8 +20,11 @@ is strictly larger (or the first NaN), so ties give the first index, as ``torch.
   Gumbel-max picks among the kept tokens. ``top_p < 1`` needs ``top_k`` (an exact top-p over
   the whole vocabulary would need a sort of it).
 
-Random numbers: ``u[r, j] = tc.rand(seed, (offset + r) * vocab + j)`` (Philox, 64-bit
-counters), so a result depends only on (logits, options, seed, offset), on every device. An
+Random numbers: column ``j`` of row ``r`` uses word ``j % 4`` of the Philox-4x32-10 block
+``tc.randint4x(seed, (offset + r) * ceil(vocab / 4) + j // 4)`` (64-bit counters) mapped by
+``tc.uint_to_uniform``: one Philox evaluation per four columns, and the same number for a
+token on the full-vocabulary and the top-k paths. A result depends only on (logits, options,
+seed, offset), on every device. An
 engine advances ``offset`` by the batch size (or more) per step; a device-resident ``offset``
 tensor lets a CUDA graph replay draw new numbers.
 
@@ -40,7 +43,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..dtypes import int32
 from ..host.factory import tensor as host_tensor
 from ..host.tensor import Tensor
-from ..kernel import kernel
+from ..kernel import function, kernel
 from . import _token_args as args
 from ._outputs import Output
 from ._torch import accepts_torch
@@ -69,6 +72,22 @@ def argmax_rows(out: tc.MutTensor[tc.i32, ("R",)], logits: tc.Tensor["T", (-1, -
     out.store(best_index)
 
 
+@function
+def _first_counter(offset, i, vocab):
+    """The Philox counter of row ``i``'s column 0: ``(offset + i) * ceil(vocab / 4)``."""
+    return (tc.gather(offset, 0) + tc.astype(i, tc.i64)) * ((tc.astype(vocab, tc.i64) + 3) // 4)
+
+
+@function
+def _uniforms_of(seed, first, columns):
+    """The uniform of each column (an i32 tile): word ``column % 4`` of counter ``first +
+    column // 4`` (any tile of columns: four words computed, one kept)."""
+    w0, w1, w2, w3 = tc.randint4x(seed, first + (columns // 4).astype(tc.i64))
+    lane = columns % 4
+    word = tc.where(lane == 0, w0, tc.where(lane == 1, w1, tc.where(lane == 2, w2, w3)))
+    return tc.uint_to_uniform(word)
+
+
 @kernel
 def gumbel_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)],
                 offset: tc.Tensor[tc.i64, (-1,)], seed: int, temperature: float,
@@ -77,13 +96,18 @@ def gumbel_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)
     i, _, _ = tc.get_tile_block_id()
     tiles = logits.partition((1, C), padding=NEG_INF)
     vocab = logits.shape[1]
-    base = (tc.gather(offset, 0) + tc.astype(i, tc.i64)) * tc.astype(vocab, tc.i64)
+    first = _first_counter(offset, i, vocab)
+    quads = tc.arange(C // 4, tc.i64)
     best = tc.full((1,), NEG_INF, tc.f32)
     best_index = tc.zeros((1,), tc.i32)
     for j in range(tiles.num_tiles(1)):
-        cols = j * C + tc.arange(C, tc.i32)
+        # C columns use C/4 counters, all four words of each: column 4q + w is word w of q
+        w0, w1, w2, w3 = tc.randint4x(seed, first + tc.astype(j * (C // 4), tc.i64) + quads)
+        u = tc.uint_to_uniform(tc.cat((w0.reshape((C // 4, 1)), w1.reshape((C // 4, 1)),
+                                       w2.reshape((C // 4, 1)), w3.reshape((C // 4, 1))),
+                                      axis=1))
         x = tiles.load((i, j)).astype(tc.f32).reshape((C,)) / temperature
-        noisy = x - tc.log(-tc.log(tc.rand(seed, base + cols.astype(tc.i64))))
+        noisy = x - tc.log(-tc.log(u.reshape((C,))))
         noisy = noisy.reshape((1, C))  # (padding columns stay -inf)
         tile_max = tc.reduce_max(noisy, 1)
         better = tile_max > best
@@ -100,7 +124,7 @@ def top_k_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)]
     i, _, _ = tc.get_tile_block_id()
     tiles = logits.partition((1, C), padding=NEG_INF)
     vocab = logits.shape[1]
-    base = (tc.gather(offset, 0) + tc.astype(i, tc.i64)) * tc.astype(vocab, tc.i64)
+    first = _first_counter(offset, i, vocab)
     rank = tc.arange(K, tc.i32)
     active = rank < top_k
     cols = tc.arange(C, tc.i32)
@@ -131,14 +155,14 @@ def top_k_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)]
         ahead = (value_r > values) | ((value_r == values) & (index_r < indices))
         before = before + tc.where(ahead, weight_r, 0.0)
     keep = active & (before < top_p * tc.reduce_sum(weights))
-    noise = tc.log(-tc.log(tc.rand(seed, base + tc.maximum(indices, 0).astype(tc.i64))))
+    noise = tc.log(-tc.log(_uniforms_of(seed, first, tc.maximum(indices, 0))))
     choice = tc.argmax(tc.where(keep, scaled - noise, NEG_INF))
     token = tc.reduce_max(tc.where(rank == choice, indices, 0))
     out.store(tc.maximum(token, 0).reshape((1,)))
 
 
 def _columns(config: dict, vocab: int) -> int:
-    return min(config["cols"], args.pow2(vocab))
+    return max(4, min(config["cols"], args.pow2(vocab)))  # (four columns per counter)
 
 
 @autotune(configs=[{"rows": 1, "cols": 4096}, {"rows": 1, "cols": 8192},
