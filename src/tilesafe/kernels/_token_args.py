@@ -1,6 +1,7 @@
-"""Host-side argument checks shared by the token-level kernels (``rope``, ``embedding``,
-``sampling``, ``kv_cache``): each raises ``ArgumentError`` at the user's call site, naming the
-operation, the argument and the fix, before anything is launched.
+"""What the token-level kernels (``rope``, ``embedding``, ``sampling``, ``kv_cache``) share:
+host-side argument checks, each raising ``ArgumentError`` at the user's call site (naming the
+operation, the argument and the fix) before anything is launched, and the compile hints of
+their memory-bound kernels.
 
 May import the host layer, ``dtypes`` and ``errors``."""
 
@@ -13,6 +14,10 @@ from ..errors import ArgumentError
 from ..host.tensor import Tensor
 
 FLOATS = ("float16", "bfloat16", "float32")
+#: the hints of the memory-bound copy kernels (embedding, rope, KV writes): plan for several
+#: CTAs per SM, so that the GPU compiler does not give a small-tile kernel all the registers
+#: and one CTA per SM (which halves the bandwidth of such kernels on an H100)
+MEMORY_BOUND_HINTS = {"default": {"occupancy": 4}}
 INDEX_DTYPES = ("int32", "int64")
 
 

@@ -17,13 +17,14 @@ from ..deviceops.deviceop import DeviceOp
 from ..host.tensor import Tensor
 from ..kernel import kernel
 from . import _token_args as args
+from ._token_args import MEMORY_BOUND_HINTS
 from ._outputs import Output
 from ._torch import accepts_torch
 
 TABLE_DTYPES = ("float16", "bfloat16", "float32")
 
 
-@kernel
+@kernel(hints=MEMORY_BOUND_HINTS)
 def embedding_rows(out: tc.MutTensor["T", ("TT", "TD")], table: tc.Tensor["T", (-1, -1)],
                    ids: tc.Tensor["I", (-1,)]):
     """Copy the table rows of TT ids, TD columns of them (see ``embedding``)."""

@@ -29,12 +29,13 @@ from ..host.factory import empty
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
+from ._token_args import MEMORY_BOUND_HINTS
 from ._torch import accepts_torch
 
 CACHE_DTYPES = ("float16", "bfloat16", "float32")
 
 
-@kernel
+@kernel(hints=MEMORY_BOUND_HINTS)
 def kv_write_rows(cache_k: tc.MutTensor["T", ("W",)], cache_v: tc.MutTensor["T", ("W",)],
                   k: tc.Tensor["T", (-1,)], v: tc.Tensor["T", (-1,)]):
     """Program i writes token i's key and value row (W elements) into its slot's row."""
@@ -43,7 +44,7 @@ def kv_write_rows(cache_k: tc.MutTensor["T", ("W",)], cache_v: tc.MutTensor["T",
     cache_v.store(v.partition((W,)).load(i))
 
 
-@kernel
+@kernel(hints=MEMORY_BOUND_HINTS)
 def kv_write_padded_rows(cache_k: tc.MutTensor["T", (1, "WP")],
                          cache_v: tc.MutTensor["T", (1, "WP")],
                          k: tc.Tensor["T", (-1, -1)], v: tc.Tensor["T", (-1, -1)]):

@@ -29,6 +29,7 @@ from ..host.factory import tensor as host_tensor
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from . import _token_args as args
+from ._token_args import MEMORY_BOUND_HINTS
 from ._outputs import Output
 from ._torch import accepts_torch
 
@@ -113,7 +114,7 @@ def _rotate(t, cache, positions, i, half, TT, ROWS, COLS, HALFP, NEOX):
     return y.reshape((TT, ROWS, COLS)).astype(t.dtype)
 
 
-@kernel
+@kernel(hints=MEMORY_BOUND_HINTS)
 def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
                  k: tc.MutTensor["T", ("TT", "KR", "COLS")],
                  cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
@@ -124,7 +125,7 @@ def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
     k.store(_rotate(k.load(), cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
 
 
-@kernel
+@kernel(hints=MEMORY_BOUND_HINTS)
 def rope_copy(q_out: tc.MutTensor["T", ("TT", "QR", "COLS")],
               k_out: tc.MutTensor["T", ("TT", "KR", "COLS")],
               q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
