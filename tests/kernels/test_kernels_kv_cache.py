@@ -163,3 +163,12 @@ def test_torch_tensors_in_and_out():
     assert got_k is cache_k and got_v is cache_v
     assert torch.equal(cache_k[[5, 1]], k) and torch.equal(cache_v[[5, 1]], k * 2)
     assert bool((cache_k[[0, 2, 3, 4]] == -1.0).all())
+
+
+def test_torch_tensors_with_rows_that_are_not_a_power_of_two():
+    torch = pytest.importorskip("torch")
+    cache_k, cache_v = torch.full((5, 3, 4), -1.0), torch.full((5, 3, 4), -2.0)
+    k = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    kv_cache_update(cache_k, cache_v, k, -k, torch.tensor([4, 0], dtype=torch.int32))
+    assert torch.equal(cache_k[[4, 0]], k) and torch.equal(cache_v[[4, 0]], -k)
+    assert bool((cache_k[1:4] == -1.0).all()) and bool((cache_v[1:4] == -2.0).all())

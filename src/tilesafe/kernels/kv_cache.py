@@ -25,10 +25,10 @@ from typing import Any
 from .. import core as tc
 from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
-from ..host.factory import empty
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
+from ._outputs import Output
 from ._token_args import MEMORY_BOUND_HINTS
 from ._torch import accepts_torch
 
@@ -80,13 +80,15 @@ def _launch(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor, slots: Tenso
     tile = (1, args.pow2(width))
     n = min(1024, args.pow2(tokens))
 
+    # (allocated as the library's outputs are: by torch when the call came with torch tensors)
+    coordinates = Output(None, (tokens, 2), slots.dtype, slots.device, op="kv_cache_update")
+
     def write(r: Any) -> DeviceOp:
-        coordinates = r.out.unpartition()
+        at = coordinates.tensor(r.out)
         return kv_write_padded_rows(
-            borrow_mut(cache_k.reshape(num_slots, width)).partition(tile, at=coordinates),
-            borrow_mut(cache_v.reshape(num_slots, width)).partition(tile, at=coordinates),
+            borrow_mut(cache_k.reshape(num_slots, width)).partition(tile, at=at),
+            borrow_mut(cache_v.reshape(num_slots, width)).partition(tile, at=at),
             k.reshape(tokens, width), v.reshape(tokens, width))
-    coordinates = empty((tokens, 2), dtype=slots.dtype, device=slots.device)
     return slot_coordinates(coordinates.partition((n, 2)), slots).then(write).then(done)
 
 
