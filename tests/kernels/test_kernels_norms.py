@@ -160,15 +160,27 @@ def test_a_row_longer_than_the_largest_tile(rng):
     assert_close(f64(rms_norm(x, w).sync()), rms_reference(f64(x), f64(w), 1e-6), ts.float32)
 
 
+def _hints(kernel):
+    return kernel.hints.get("default", {}), kernel.hints.get("programmatic_launch", True)
+
+
 def test_wide_rows_run_eight_warps_per_program(rng):
     """A whole-row tile of 8192 elements (hidden 4100) takes the 8-warp variant of each
-    whole-row kernel; the results are the same."""
+    whole-row kernel, planned for 2 CTAs per SM; a small tile 4 warps and 4 CTAs; a config
+    may fix warps, occupancy and the grid-dependency wait; the results are the same."""
     from tilesafe.kernels import activations
     for variants in (norms._RMS_ROWS, norms._ADD_RMS_ROWS, norms._LAYER_ROWS,
                      activations._SOFTMAX_ROWS):
-        assert variants.pick((1, 8192), norms.ROW_CONFIGS[0]) is variants.wide
-        assert variants.pick((4, 512), norms.ROW_CONFIGS[0]) is variants.narrow
-        assert variants.pick((4, 512), {"warps": 8}) is variants.wide
+        wide = variants.pick((1, 8192), norms.ROW_CONFIGS[0])
+        assert _hints(wide) == ({"num_worker_warps_per_cta": 8, "occupancy": 2}, True)
+        assert variants.pick((1, 8192), norms.ROW_CONFIGS[0]) is wide  # made once
+        assert _hints(variants.pick((4, 512), norms.ROW_CONFIGS[0])) == ({"occupancy": 4},
+                                                                         True)
+        assert _hints(variants.pick((4, 512), {"warps": 8, "occupancy": 0,
+                                               "programmatic": False})) == \
+            ({"num_worker_warps_per_cta": 8}, False)
+        assert variants.pick((1, 65536), {"occupancy": "auto", "warps": 4}) is \
+            variants.narrow
     x = tensor(rng.standard_normal((2, 4100)), ts.bfloat16)
     w = tensor(rng.standard_normal(4100), ts.bfloat16)
     assert_close(f64(rms_norm(x, w).sync()), rms_reference(f64(x), f64(w), 1e-6), ts.bfloat16,

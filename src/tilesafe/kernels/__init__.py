@@ -12,6 +12,8 @@ Layer: above ``kernel`` and ``autotune``; may import every layer below the publi
 from __future__ import annotations
 
 from .activations import gelu, silu_mul, softmax
+from .attention import flash_attention
+from .decode_attention import decode_attention
 from .embedding import embedding
 from .kv_cache import kv_cache_update
 from .matmul import matmul, scaled_matmul
@@ -23,4 +25,5 @@ __all__: list[str] = []
 __all__ += ["rms_norm", "add_rms_norm", "layer_norm"]  # norms
 __all__ += ["softmax", "silu_mul", "gelu"]  # activations
 __all__ += ["matmul", "scaled_matmul"]  # matrix products
+__all__ += ["flash_attention", "decode_attention"]  # attention
 __all__ += ["rope", "rope_cache", "embedding", "kv_cache_update", "argmax", "sample"]  # tokens

@@ -172,22 +172,55 @@ def matrix_tile(config_rows: int, config_cols: int, rows: int, columns: int) -> 
     return tile, cols
 
 
+def auto_occupancy(elements: int) -> int:
+    """CTAs per SM to plan a whole-row kernel for, from its tile's element count: without the
+    hint tileiras gives these kernels 255 registers per thread and one CTA per SM, which halves
+    their bandwidth; about 64 registers per thread at 256 threads keeps them fed without spills
+    (measured on the H100: benchmarks/results/h100-2026-11-24/kernels/SUMMARY.md)."""
+    if elements <= 4096:
+        return 4
+    if elements <= 16384:
+        return 2
+    return 1
+
+
 class WarpVariants:
-    """A kernel and the same kernel compiled for 8 warps per program (``num_worker_warps_per_
-    cta``); :meth:`pick` chooses by the tile size, or as a config says (``"warps"``)."""
+    """A kernel compiled with the hints a config asks for: 4 or 8 warps per program
+    (``num_worker_warps_per_cta``; ``"warps"``, else 8 for tiles of :data:`WIDE_TILE` elements
+    or more), the CTAs per SM the compiler plans for (``"occupancy"``: a number, ``"auto"`` for
+    :func:`auto_occupancy`, the default, or 0 for no hint) and whether it keeps the
+    grid-dependency wait (``"programmatic"``, default True). Each variant is made once."""
 
     def __init__(self, narrow: Kernel):
         self.narrow = narrow
-        self.wide = kernel(narrow.fn, hints={**narrow.hints,
-                                             "default": {"num_worker_warps_per_cta": 8}})
+        self._made: dict[tuple, Kernel] = {}
 
     @property
-    def kernels(self) -> tuple[Kernel, Kernel]:
-        return (self.narrow, self.wide)
+    def kernels(self) -> tuple[Kernel, ...]:
+        return (self.narrow,)
 
     def pick(self, tile: Sequence[int], config: dict) -> Kernel:
         elements = 1
         for extent in tile:
             elements *= extent
         warps = config.get("warps") or (8 if elements >= WIDE_TILE else 4)
-        return self.wide if warps == 8 else self.narrow
+        occupancy = config.get("occupancy", "auto")
+        if occupancy == "auto":
+            occupancy = auto_occupancy(elements)
+        programmatic = bool(config.get("programmatic", True))
+        key = (warps, occupancy, programmatic)
+        made = self._made.get(key)
+        if made is None:
+            default: dict = {}
+            if warps == 8:
+                default["num_worker_warps_per_cta"] = 8
+            if occupancy and occupancy > 1:
+                default["occupancy"] = int(occupancy)
+            hints = {k: v for k, v in self.narrow.hints.items() if k != "default"}
+            if default:
+                hints["default"] = {**self.narrow.hints.get("default", {}), **default}
+            if not programmatic:
+                hints["programmatic_launch"] = False
+            made = self._made[key] = kernel(self.narrow.fn, hints=hints) if hints != \
+                self.narrow.hints else self.narrow
+        return made

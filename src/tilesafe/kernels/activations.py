@@ -37,13 +37,15 @@ SOFTMAX_MAX_TILE = 16384
 TILE_BUDGET = 8192
 #: softmax configs: rows per program for rows that fit a tile, the chunk for longer ones (and
 #: optionally ``"warps"``, as for the norms)
-SOFTMAX_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
-                   {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
-                   {"rows": 1, "chunk": 4096})
-#: elementwise configs: a (rows, columns) tile
+SOFTMAX_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 4, "chunk": 4096, "programmatic": False},
+                   {"rows": 1, "chunk": 4096}, {"rows": 8, "chunk": 8192},
+                   {"rows": 2, "chunk": 2048}, {"rows": 4, "chunk": 4096, "occupancy": 0},
+                   {"rows": 16, "chunk": 16384})
+#: elementwise configs: a (rows, columns) tile (and the hints of ``WarpVariants.pick``)
 ELEMENTWISE_CONFIGS = ({"rows": 2, "cols": 1024}, {"rows": 4, "cols": 1024},
                        {"rows": 1, "cols": 2048}, {"rows": 8, "cols": 512},
-                       {"rows": 1, "cols": 512}, {"rows": 4, "cols": 2048})
+                       {"rows": 1, "cols": 512}, {"rows": 4, "cols": 2048},
+                       {"rows": 2, "cols": 1024, "occupancy": 0})
 
 
 # -- device side ---------------------------------------------------------------------------
@@ -175,14 +177,20 @@ def _elementwise_tile(x: Tensor, config: dict) -> tuple[int, int]:
     return matrix_tile(config["rows"], config["cols"], *x.shape)
 
 
+_SILU_MUL = WarpVariants(silu_mul_tiles)
+_GELU = WarpVariants(gelu_tiles)
+
+
 @autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(silu_mul_tiles,))
 def _launch_silu_mul(gate: Tensor, up: Tensor, out: RowsOutput, *, config: dict) -> DeviceOp:
-    return silu_mul_tiles(out.partition(_elementwise_tile(gate, config)), gate, up)
+    tile = _elementwise_tile(gate, config)
+    return _SILU_MUL.pick(tile, {"warps": 4, **config})(out.partition(tile), gate, up)
 
 
 @autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(gelu_tiles,))
 def _launch_gelu(x: Tensor, out: RowsOutput, tanh: bool, *, config: dict) -> DeviceOp:
-    return gelu_tiles(out.partition(_elementwise_tile(x, config)), x, TANH=tanh)
+    tile = _elementwise_tile(x, config)
+    return _GELU.pick(tile, {"warps": 4, **config})(out.partition(tile), x, TANH=tanh)
 
 
 # -- public functions -------------------------------------------------------------------------

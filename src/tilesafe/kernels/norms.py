@@ -38,10 +38,12 @@ MAX_ROW_TILE = 16384
 TILE_BUDGET = 8192
 #: rows per program for rows that fit a tile, the chunk for longer ones, in the order the
 #: tuner tries them (the first is the default); a config may also fix ``"warps"`` (4 or 8) of
-#: a whole-row program, else tiles of ``_rowwise.WIDE_TILE`` elements or more run 8
-ROW_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 8, "chunk": 8192},
-               {"rows": 2, "chunk": 2048}, {"rows": 16, "chunk": 16384},
-               {"rows": 1, "chunk": 4096})
+#: a whole-row program, else tiles of ``_rowwise.WIDE_TILE`` elements or more run 8, and the
+#: ``"occupancy"`` and ``"programmatic"`` hints (``_rowwise.WarpVariants``)
+ROW_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 4, "chunk": 4096, "programmatic": False},
+               {"rows": 1, "chunk": 4096}, {"rows": 8, "chunk": 8192},
+               {"rows": 2, "chunk": 2048}, {"rows": 4, "chunk": 4096, "occupancy": 0},
+               {"rows": 16, "chunk": 16384})
 
 
 # -- device side ---------------------------------------------------------------------------
