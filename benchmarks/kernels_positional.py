@@ -9,8 +9,9 @@ torch CUDA graphs of the library's torch surface, interleaved CUDA-event rounds)
   compiles, the same function under ``torch.compile``;
 * ``embedding``: a 151936-row bf16 table, hidden 1024-8192, tokens 1-4096, against
   ``F.embedding``;
-* ``kv_update``: 8 x 128 bf16 rows into 16384-slot key and value caches at increasing slots,
-  tokens 1-4096, against ``index_copy_`` on both caches;
+* ``kv_update``: tokens of 8 x 128 bf16 heads into head-major key and value caches (64
+  sequences of 256 positions: ``decode_attention``'s layout) at increasing slots, tokens
+  1-4096, against torch's indexed assignment ``cache[seq, :, pos] = k`` on both caches;
 * ``argmax``: (batch, 151936) bf16 and f32 logits, batch 1-64, against ``torch.argmax``;
 * ``sample``: (batch, 151936) bf16 logits, temperature 0.7, full-vocabulary sampling against
   ``softmax`` + ``multinomial``, and top-k 20 / top-p 0.95 against ``topk`` + top-p mask +
@@ -34,7 +35,7 @@ from . import _rowwise as rw
 VOCAB = 151936  # Qwen3
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128  # Qwen3-8B
 MAX_POSITIONS = 8192
-CACHE_SLOTS = 16384
+CACHE_BATCH, CACHE_LEN = 64, 256  # 16384 token slots
 BASE = 1_000_000.0
 TOKENS = (1, 32, 512, 4096)
 HIDDEN = (1024, 4096, 8192)
@@ -146,18 +147,22 @@ def kv_update_case(tokens: int, device: str, generator: Any, caches: tuple) -> r
           for _ in range(count)]
     vs = [rw.randn((tokens, KV_HEADS, HEAD_DIM), dtype, device, generator)
           for _ in range(count)]
-    slots = [torch.randperm(CACHE_SLOTS, device=device, generator=generator)[:tokens]
-             .sort().values for _ in range(count)]  # increasing: a sequence's new tokens
+    slots = [torch.randperm(CACHE_BATCH * CACHE_LEN, device=device, generator=generator)
+             [:tokens].sort().values for _ in range(count)]  # increasing: new tokens in order
+    sequences = [s // CACHE_LEN for s in slots]
+    positions = [s % CACHE_LEN for s in slots]
+    workspaces = [torch.empty((tokens, 3), dtype=torch.int64, device=device)
+                  for _ in range(count)]
 
     def theirs(j: int) -> None:
-        cache_k.index_copy_(0, slots[j], ks[j])
-        cache_v.index_copy_(0, slots[j], vs[j])
+        cache_k[sequences[j], :, positions[j]] = ks[j]
+        cache_v[sequences[j], :, positions[j]] = vs[j]
     return rw.Case("kv_update", dtype, rw.size_label(tokens, KV_HEADS * HEAD_DIM), moved,
                    count, ours=lambda j: kv_cache_update(cache_k, cache_v, ks[j], vs[j],
-                                                         slots[j]),
-                   theirs=theirs, result=lambda: cache_k.index_select(0, slots[0]),
+                                                         slots[j], workspace=workspaces[j]),
+                   theirs=theirs, result=lambda: cache_k[sequences[0], :, positions[0]],
                    expected=lambda: ks[0].to(torch.float64),
-                   poison=lambda: cache_k.fill_(float("nan")), reference="torch index_copy_")
+                   poison=lambda: cache_k.fill_(float("nan")), reference="torch index_put")
 
 
 def argmax_case(batch: int, dtype: str, device: str, generator: Any) -> rw.Case:
@@ -226,8 +231,8 @@ def cases(device: str, quick: bool) -> Iterator[rw.Case]:
     for tokens, hidden in rw.shapes(quick, TOKENS, HIDDEN, QUICK_TOKENS, QUICK_HIDDEN):
         yield embedding_case(tokens, hidden, device, generator, table)
     del table
-    caches = tuple(torch.zeros((CACHE_SLOTS, KV_HEADS, HEAD_DIM), dtype=torch.bfloat16,
-                               device=device) for _ in range(2))
+    caches = tuple(torch.zeros((CACHE_BATCH, KV_HEADS, CACHE_LEN, HEAD_DIM),
+                               dtype=torch.bfloat16, device=device) for _ in range(2))
     for tokens in (QUICK_TOKENS if quick else TOKENS):
         yield kv_update_case(tokens, device, generator, caches)
     del caches
