@@ -1,0 +1,254 @@
+"""Rotary position embeddings: ``rope`` rotates queries and keys by their tokens' positions,
+``rope_cache`` builds the cos/sin table it reads (once per model).
+
+The math is transformers' (Llama/Qwen3 ``apply_rotary_pos_emb``) carried out in float32:
+``inv_freq[i] = 1 / base**(float32(2i) / d)``, ``freqs = float32(position) * inv_freq``,
+``emb = cat(freqs, freqs)``, ``out = x*cos(emb) + rotate_half(x)*sin(emb)``, rounded once to
+the input dtype. Two layouts: ``"neox"`` rotates the two halves of a head (``rotate_half``,
+Qwen3, Llama), ``"gptj"`` rotates interleaved pairs ``(x[2i], x[2i+1])``.
+
+The table is ``(max_positions, head_dim)``: columns ``[0, d/2)`` hold ``cos(freqs)``,
+``[d/2, d)`` hold ``sin(freqs)`` (the duplicated half of ``emb`` is not stored). A launch reads
+the row of each token's position with ``tc.gather``, so a position outside the table raises
+``IndexOutOfRangeError``.
+
+May import the host layer, ``kernel``, ``autotune``, ``core`` and the library's helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import core as tc
+from ..autotune import autotune
+from ..deviceops.deviceop import DeviceOp
+from ..dtypes import as_dtype
+from ..host.factory import tensor as host_tensor
+from ..host.tensor import Tensor, borrow_mut
+from ..kernel import function, kernel
+from . import _token_args as args
+from ._token_args import MEMORY_BOUND_HINTS
+from ._outputs import Output
+from ._torch import accepts_torch
+
+LAYOUTS = ("neox", "gptj")
+
+
+def rope_cache(max_positions: int, head_dim: int, *, base: float = 1_000_000.0,
+               dtype: Any = "float32", device: Any = None) -> DeviceOp:
+    """The cos/sin table ``rope`` reads: a lazy tensor of shape ``(max_positions,
+    head_dim)`` holding ``cos(freqs)`` in its first ``head_dim/2`` columns and ``sin(freqs)``
+    in the rest, ``freqs[p, i] = float32(p) * inv_freq[i]``, ``inv_freq`` computed in float32
+    as transformers does. The values are computed in float64 from those float32 frequencies
+    and rounded once to ``dtype``.
+
+    Args:
+        max_positions: the number of positions (rows); positions ``0..max_positions-1``.
+        head_dim: the rotated head size ``d`` (even).
+        base: the rotary base (``rope_theta``: 1e6 for Qwen3, 1e4 for Llama 2).
+        dtype: ``float32`` (exact transformers math) or the model's ``float16``/``bfloat16``.
+        device: where the table lives (default: the default device).
+
+    Raises:
+        ArgumentError: a non-positive size, an odd ``head_dim``, a non-positive base or an
+            unsupported dtype.
+    """
+    op = "rope_cache"
+    if int(max_positions) < 1:
+        raise args.fail(op, f"max_positions={max_positions} must be at least 1",
+                        "pass the model's maximum sequence length")
+    if int(head_dim) < 2 or int(head_dim) % 2:
+        raise args.fail(op, f"head_dim={head_dim} must be an even number >= 2",
+                        "pass the rotated part of the head size (an even number)")
+    if not float(base) > 0:
+        raise args.fail(op, f"base={base} must be positive", "pass the model's rope_theta")
+    dt = as_dtype(dtype)
+    if dt.name not in args.FLOATS:
+        raise args.fail(op, f"dtype {dt.name} is not supported; supported: "
+                        f"{', '.join(args.FLOATS)}", "pass dtype='float32'")
+    half = int(head_dim) // 2
+    exponents = np.arange(0, int(head_dim), 2, dtype=np.int64).astype(np.float32) \
+        / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / np.power(np.float32(base), exponents)).astype(np.float32)
+    positions = np.arange(int(max_positions), dtype=np.float32)
+    freqs = (positions[:, None] * inv_freq[None, :]).astype(np.float32).astype(np.float64)
+    table = np.empty((int(max_positions), 2 * half), np.float64)
+    table[:, :half] = np.cos(freqs)
+    table[:, half:] = np.sin(freqs)
+    host = table.astype(np.float32)
+    if dt.name != "float32":
+        host = _round_to(table, dt.name)
+    return host_tensor(host, device=device)
+
+
+def _round_to(table: np.ndarray, dtype_name: str) -> np.ndarray:
+    if dtype_name == "float16":
+        return table.astype(np.float16)
+    import ml_dtypes
+    return table.astype(ml_dtypes.bfloat16)
+
+
+@function
+def _rotate(t, cache, positions, i, half, TT, ROWS, COLS, HALFP, NEOX):
+    """The rotated (TT, ROWS, COLS) tile ``t`` (TT tokens from token ``i*TT``), in t's dtype."""
+    pos = positions.partition((TT,)).load(i, padding=0).reshape((TT, 1))
+    col = tc.minimum(tc.arange(HALFP, tc.i32), half - 1).reshape((1, HALFP))
+    cos = tc.gather(cache, pos, col).astype(tc.f32)
+    sin = tc.gather(cache, pos, col + half).astype(tc.f32)
+    if NEOX:
+        x = t.astype(tc.f32).reshape((TT, ROWS // 2, 2, HALFP))
+        c = cos.reshape((TT, 1, 1, HALFP))
+        s = sin.reshape((TT, 1, 1, HALFP))
+        x1 = x[:, :, 0:1, :]
+        x2 = x[:, :, 1:2, :]
+        y = tc.cat((x1 * c - x2 * s, x2 * c + x1 * s), axis=2)
+    else:
+        x = t.astype(tc.f32).reshape((TT, ROWS, HALFP, 2))
+        c = cos.reshape((TT, 1, HALFP, 1))
+        s = sin.reshape((TT, 1, HALFP, 1))
+        x1 = x[:, :, :, 0:1]
+        x2 = x[:, :, :, 1:2]
+        y = tc.cat((x1 * c - x2 * s, x2 * c + x1 * s), axis=3)
+    return y.reshape((TT, ROWS, COLS)).astype(t.dtype)
+
+
+@kernel(hints=MEMORY_BOUND_HINTS)
+def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
+                 k: tc.MutTensor["T", ("TT", "KR", "COLS")],
+                 cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+                 half: int, HALFP: tc.Const[int], NEOX: tc.Const[bool]):
+    """Rotate TT tokens' query and key heads in place (see ``rope``)."""
+    i, _, _ = tc.get_tile_block_id()
+    q.store(_rotate(q.load(), cache, positions, i, half, TT, QR, COLS, HALFP, NEOX))
+    k.store(_rotate(k.load(), cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
+
+
+@kernel(hints=MEMORY_BOUND_HINTS)
+def rope_copy(q_out: tc.MutTensor["T", ("TT", "QR", "COLS")],
+              k_out: tc.MutTensor["T", ("TT", "KR", "COLS")],
+              q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
+              cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+              half: int, HALFP: tc.Const[int], NEOX: tc.Const[bool]):
+    """Write TT tokens' rotated query and key heads to ``q_out``/``k_out`` (see ``rope``)."""
+    i, _, _ = tc.get_tile_block_id()
+    q_out.store(_rotate(tc.load_tile_like(q, q_out), cache, positions, i, half, TT, QR, COLS,
+                        HALFP, NEOX))
+    k_out.store(_rotate(tc.load_tile_like(k, k_out), cache, positions, i, half, TT, KR, COLS,
+                        HALFP, NEOX))
+
+
+def _layout_view(x: Tensor, neox: bool) -> Tensor:
+    """(tokens, heads, d) as the kernel sees it: (tokens, 2*heads, d/2) for NeoX (row 2h holds
+    head h's first half), unchanged for GPT-J."""
+    tokens, heads, d = x.shape
+    return x.reshape(tokens, 2 * heads, d // 2) if neox else x
+
+
+def _tiles(x: Tensor, tokens_per_program: int, neox: bool) -> tuple:
+    tokens, heads, d = x.shape
+    half_p = args.pow2(d // 2)
+    if neox:
+        return (tokens_per_program, 2 * args.pow2(heads), half_p)
+    return (tokens_per_program, args.pow2(heads), 2 * half_p)
+
+
+def _tokens_per_program(config: dict, tokens: int) -> int:
+    return min(config["tokens"], args.pow2(tokens))
+
+
+@autotune(configs=[{"tokens": 1}, {"tokens": 2}, {"tokens": 4}],
+          key=lambda q, k, cache, positions, neox, q_out, k_out: (
+              q.shape[1], k.shape[1], q.shape[2], q.dtype.name, q_out is None),
+          kernels=(rope_inplace, rope_copy), mutates=("q", "k", "q_out", "k_out"))
+def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
+            q_out: Optional[Output], k_out: Optional[Output], *, config: dict) -> DeviceOp:
+    tt = _tokens_per_program(config, q.shape[0])
+    d = q.shape[2]
+    consts = dict(half=d // 2, HALFP=args.pow2(d // 2), NEOX=neox)
+    if q_out is None:
+        return rope_inplace(borrow_mut(_layout_view(q, neox)).partition(_tiles(q, tt, neox)),
+                            borrow_mut(_layout_view(k, neox)).partition(_tiles(k, tt, neox)),
+                            cache, positions, **consts).then(lambda r: (q, k))
+    return rope_copy(q_out.partition(_tiles(q, tt, neox)), k_out.partition(_tiles(k, tt, neox)),
+                     _layout_view(q, neox), _layout_view(k, neox), cache, positions,
+                     **consts).then(lambda r: (q_out.tensor(r.q_out).reshape(*q.shape),
+                                               k_out.tensor(r.k_out).reshape(*k.shape)))
+
+
+@accepts_torch
+def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
+         layout: str = "neox", q_out: Optional[Tensor] = None,
+         k_out: Optional[Tensor] = None) -> DeviceOp:
+    """Rotate query and key heads by their tokens' positions (rotary embedding).
+
+    By default ``q`` and ``k`` are rotated in place (one pass over them, what a decode step
+    wants) and the op's result is ``(q, k)`` themselves; with ``q_out=`` and ``k_out=`` they
+    are only read and the rotated heads are written to ``q_out``/``k_out``. One launch rotates
+    both, one program per token (the autotuned config may give several tokens per program).
+
+    Args:
+        q: queries, ``(tokens, heads, head_dim)``, float16/bfloat16/float32; the last two
+            dimensions must be contiguous (a view of a fused QKV buffer whose rows are
+            strided is fine).
+        k: keys, ``(tokens, kv_heads, head_dim)``, same dtype, tokens and head_dim as ``q``.
+        cos_sin_cache: the table of ``rope_cache(max_positions, head_dim, ...)``
+            (``(max_positions, head_dim)``, any float dtype: read in float32).
+        positions: each token's position, ``(tokens,)`` int32 or int64, on the device (a
+            CUDA graph replay reads the values of the moment). A position outside the table
+            raises ``IndexOutOfRangeError`` (on a GPU when the stream is synchronized).
+        layout: ``"neox"`` (rotate halves: Qwen3, Llama, transformers' ``rotate_half``) or
+            ``"gptj"`` (rotate interleaved pairs).
+        q_out, k_out: both ``None`` (in place), or both given: tensors shaped and typed like
+            ``q`` and ``k`` to write instead.
+
+    Returns:
+        A DeviceOp whose result is ``(q, k)`` rotated (or ``(q_out, k_out)``).
+
+    Raises:
+        ArgumentError: a dtype, rank, shape, device or layout that does not fit (the message
+            says which); only one of ``q_out``/``k_out``, or one that does not fit.
+    """
+    op = "rope"
+    if layout not in LAYOUTS:
+        raise args.fail(op, f"layout={layout!r} is not one of {', '.join(map(repr, LAYOUTS))}",
+                        "pass layout='neox' (rotate halves) or layout='gptj' (pairs)")
+    q = args.tensor(op, "q", q, args.FLOATS, rank=3)
+    k = args.tensor(op, "k", k, args.FLOATS, rank=3)
+    cache = args.tensor(op, "cos_sin_cache", cos_sin_cache, args.FLOATS, rank=2)
+    positions = args.tensor(op, "positions", positions, args.INDEX_DTYPES, rank=1)
+    device = args.same_device(op, [("q", q), ("k", k), ("cos_sin_cache", cache),
+                                   ("positions", positions)])
+    if k.dtype != q.dtype:
+        raise args.fail(op, f"k has dtype {k.dtype.name}, q {q.dtype.name}",
+                        "convert q and k to one dtype")
+    tokens, _, d = q.shape
+    if k.shape[0] != tokens or k.shape[2] != d:
+        raise args.fail(op, f"q has shape {tuple(q.shape)} and k {tuple(k.shape)}: they must "
+                        "agree on tokens (dim 0) and head_dim (dim 2)",
+                        "pass q as (tokens, heads, head_dim), k as (tokens, kv_heads, head_dim)")
+    if d % 2:
+        raise args.fail(op, f"head_dim={d} is odd", "rotary embedding needs an even head_dim")
+    if cache.shape[1] != d:
+        raise args.fail(op, f"cos_sin_cache has shape {tuple(cache.shape)}; its width must be "
+                        f"head_dim={d}", f"build it with rope_cache(max_positions, {d}, ...)")
+    if positions.shape[0] != tokens:
+        raise args.fail(op, f"positions has {positions.shape[0]} entries for {tokens} tokens",
+                        "pass one position per token")
+    for name, x in (("q", q), ("k", k)):
+        args.nonempty(op, name, x)
+        if x.strides[2] != 1 or x.strides[1] != d:
+            raise args.fail(op, f"{name}'s heads are not contiguous (strides "
+                            f"{tuple(x.strides)})", f"pass a copy: {name}.clone()")
+    neox = layout == "neox"
+    if q_out is None and k_out is None:
+        return _launch(q, k, cache, positions, neox, None, None)
+    if (q_out is None) != (k_out is None):
+        raise args.fail(op, "q_out= and k_out= go together: one of them is missing",
+                        "pass both (out of place) or neither (in place)")
+    q_out = Output(q_out, q.shape, q.dtype, device, name="q_out", op=op)
+    k_out = Output(k_out, k.shape, k.dtype, device, name="k_out", op=op)
+    q_out.value = _layout_view(q_out.value, neox)
+    k_out.value = _layout_view(k_out.value, neox)
+    return _launch(q, k, cache, positions, neox, q_out, k_out)

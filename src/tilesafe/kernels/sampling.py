@@ -1,0 +1,288 @@
+"""Choosing tokens from logits: ``argmax`` (greedy) and ``sample`` (temperature, top-k,
+top-p), both ``(rows, vocab) -> (rows,)`` int32 token ids.
+
+``argmax``: one program per ``rows`` rows (default 1) walks the vocabulary in column tiles,
+keeping a running (max, index) per row: a tile's maximum replaces the running one only if it
+is strictly larger (or the first NaN), so ties give the first index, as ``torch.argmax``.
+
+``sample`` (exact sampling, no sort of the vocabulary):
+
+- ``temperature == 0``: ``argmax``.
+- no top-k, no top-p: Gumbel-max over the whole row, ``argmax_j(logits[j] / temperature -
+  log(-log(u[j])))``, which draws ``j`` with probability ``softmax(logits / temperature)[j]``.
+- ``top_k = k``: one pass over the row keeps a running top-``K`` set (``K`` = k rounded up to
+  a power of two, at most ``MAX_TOP_K``): a column tile whose maximum does not beat the set's
+  smallest value is skipped, otherwise its own ``tc.topk`` is merged into the set. The set is
+  then cut to the ``k`` largest (equal values: lower index first, so exactly ``k`` tokens;
+  transformers' TopKLogitsWarper also keeps further ties of the ``k``-th value). ``top_p = p``
+  then keeps, in that order, the tokens whose preceding probability mass (softmax of the
+  scaled top-k logits) is below ``p`` (at least one: transformers' TopPLogitsWarper), and
+  Gumbel-max picks among the kept tokens. ``top_p < 1`` needs ``top_k`` (an exact top-p over
+  the whole vocabulary would need a sort of it).
+
+Random numbers: column ``j`` of row ``r`` uses word ``j % 4`` of the Philox-4x32-10 block
+``tc.randint4x(seed, (offset + r) * ceil(vocab / 4) + j // 4)`` (64-bit counters) mapped by
+``tc.uint_to_uniform``: one Philox evaluation per four columns, and the same number for a
+token on the full-vocabulary and the top-k paths. A result depends only on (logits, options,
+seed, offset), on every device. An
+engine advances ``offset`` by the batch size (or more) per step; a device-resident ``offset``
+tensor lets a CUDA graph replay draw new numbers.
+
+May import the host layer, ``kernel``, ``autotune``, ``core`` and the library's helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from .. import core as tc
+from ..autotune import autotune
+from ..deviceops.deviceop import DeviceOp
+from ..dtypes import int32
+from ..host.factory import tensor as host_tensor
+from ..host.tensor import Tensor
+from ..kernel import function, kernel
+from . import _token_args as args
+from ._outputs import Output
+from ._torch import accepts_torch
+
+LOGIT_DTYPES = ("float16", "bfloat16", "float32")
+#: the largest top_k (the running top-k set is a tile of this many candidates at most)
+MAX_TOP_K = 256
+NEG_INF = float("-inf")
+POS_INF = float("inf")
+
+
+@kernel
+def argmax_rows(out: tc.MutTensor[tc.i32, ("R",)], logits: tc.Tensor["T", (-1, -1)],
+                C: tc.Const[int]):
+    """The first index of each of R rows' maximum, C columns at a time (see ``argmax``)."""
+    i, _, _ = tc.get_tile_block_id()
+    tiles = logits.partition((R, C), padding=NEG_INF)
+    best = tc.full((R,), NEG_INF, tc.f32)
+    best_index = tc.zeros((R,), tc.i32)
+    for j in range(tiles.num_tiles(1)):
+        x = tiles.load((i, j)).astype(tc.f32)
+        tile_max = tc.reduce_max(x, 1)
+        better = (tile_max > best) | ((tile_max != tile_max) & (best == best))
+        best_index = tc.where(better, tc.argmax(x, 1) + j * C, best_index)
+        best = tc.where(better, tile_max, best)
+    out.store(best_index)
+
+
+@function
+def _first_counter(offset, i, vocab):
+    """The Philox counter of row ``i``'s column 0: ``(offset + i) * ceil(vocab / 4)``."""
+    return (tc.gather(offset, 0) + tc.astype(i, tc.i64)) * ((tc.astype(vocab, tc.i64) + 3) // 4)
+
+
+@function
+def _uniforms_of(seed, first, columns):
+    """The uniform of each column (an i32 tile): word ``column % 4`` of counter ``first +
+    column // 4`` (any tile of columns: four words computed, one kept)."""
+    w0, w1, w2, w3 = tc.randint4x(seed, first + (columns // 4).astype(tc.i64))
+    lane = columns % 4
+    word = tc.where(lane == 0, w0, tc.where(lane == 1, w1, tc.where(lane == 2, w2, w3)))
+    return tc.uint_to_uniform(word)
+
+
+@kernel
+def gumbel_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)],
+                offset: tc.Tensor[tc.i64, (-1,)], seed: int, temperature: float,
+                C: tc.Const[int]):
+    """One row's Gumbel-max sample from softmax(logits / temperature) (see ``sample``)."""
+    i, _, _ = tc.get_tile_block_id()
+    tiles = logits.partition((1, C), padding=NEG_INF)
+    vocab = logits.shape[1]
+    first = _first_counter(offset, i, vocab)
+    quads = tc.arange(C // 4, tc.i64)
+    best = tc.full((1,), NEG_INF, tc.f32)
+    best_index = tc.zeros((1,), tc.i32)
+    for j in range(tiles.num_tiles(1)):
+        # C columns use C/4 counters, all four words of each: column 4q + w is word w of q
+        w0, w1, w2, w3 = tc.randint4x(seed, first + tc.astype(j * (C // 4), tc.i64) + quads)
+        u = tc.uint_to_uniform(tc.cat((w0.reshape((C // 4, 1)), w1.reshape((C // 4, 1)),
+                                       w2.reshape((C // 4, 1)), w3.reshape((C // 4, 1))),
+                                      axis=1))
+        x = tiles.load((i, j)).astype(tc.f32).reshape((C,)) / temperature
+        noisy = x - tc.log(-tc.log(u.reshape((C,))))
+        noisy = noisy.reshape((1, C))  # (padding columns stay -inf)
+        tile_max = tc.reduce_max(noisy, 1)
+        better = tile_max > best
+        best_index = tc.where(better, tc.argmax(noisy, 1) + j * C, best_index)
+        best = tc.where(better, tile_max, best)
+    out.store(best_index)
+
+
+@kernel
+def top_k_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)],
+               offset: tc.Tensor[tc.i64, (-1,)], seed: int, temperature: float, top_k: int,
+               top_p: float, C: tc.Const[int], K: tc.Const[int]):
+    """One row's sample among its top_k (then top_p) tokens (see ``sample``)."""
+    i, _, _ = tc.get_tile_block_id()
+    tiles = logits.partition((1, C), padding=NEG_INF)
+    vocab = logits.shape[1]
+    first = _first_counter(offset, i, vocab)
+    rank = tc.arange(K, tc.i32)
+    active = rank < top_k
+    cols = tc.arange(C, tc.i32)
+    # the running top-k set, unordered: slots >= top_k are inactive (never evicted)
+    values = tc.full((K,), NEG_INF, tc.f32)
+    indices = -1 - rank  # placeholders: below every column, distinct
+    smallest = tc.reduce_min(tc.where(active, values, POS_INF))
+    for j in range(tiles.num_tiles(1)):
+        work = tiles.load((i, j)).astype(tc.f32).reshape((C,))
+        while tc.reduce_max(work) > smallest:
+            # the tile's best enters, evicting the set's smallest (the highest index of
+            # equal ones): exactly the top_k, ties to the lower index
+            column = tc.argmax(work)
+            entering = tc.reduce_max(work)
+            evicted = tc.argmax(tc.where(active & (values == smallest), indices, -2 - K))
+            values = tc.where(rank == evicted, entering, values)
+            indices = tc.where(rank == evicted, j * C + column, indices)
+            work = tc.where(cols == column, NEG_INF, work)
+            smallest = tc.reduce_min(tc.where(active, values, POS_INF))
+    scaled = tc.where(active, values / temperature, NEG_INF)
+    weights = tc.exp(scaled - tc.reduce_max(scaled))
+    # top-p: the probability mass ranked before each token (larger, or equal and lower index)
+    before = tc.zeros((K,), tc.f32)
+    for r in range(top_k):
+        value_r = tc.reduce_max(tc.where(rank == r, values, NEG_INF))
+        index_r = tc.reduce_max(tc.where(rank == r, indices, -2 - K))
+        weight_r = tc.reduce_sum(tc.where(rank == r, weights, 0.0))
+        ahead = (value_r > values) | ((value_r == values) & (index_r < indices))
+        before = before + tc.where(ahead, weight_r, 0.0)
+    keep = active & (before < top_p * tc.reduce_sum(weights))
+    noise = tc.log(-tc.log(_uniforms_of(seed, first, tc.maximum(indices, 0))))
+    choice = tc.argmax(tc.where(keep, scaled - noise, NEG_INF))
+    token = tc.reduce_max(tc.where(rank == choice, indices, 0))
+    out.store(tc.maximum(token, 0).reshape((1,)))
+
+
+def _columns(config: dict, vocab: int) -> int:
+    return max(4, min(config["cols"], args.pow2(vocab)))  # (four columns per counter)
+
+
+@autotune(configs=[{"rows": 1, "cols": 4096}, {"rows": 1, "cols": 8192},
+                   {"rows": 2, "cols": 4096}, {"rows": 4, "cols": 2048}],
+          key=lambda logits, out: (args.pow2(logits.shape[0]), logits.shape[1],
+                                   logits.dtype.name),
+          kernels=(argmax_rows,), mutates=("out",))
+def _launch_argmax(logits: Tensor, out: Output, *, config: dict) -> DeviceOp:
+    rows = min(config["rows"], args.pow2(logits.shape[0]))
+    return argmax_rows(out.partition((rows,)), logits, C=_columns(config, logits.shape[1]))
+
+
+@autotune(configs=[{"cols": 4096}, {"cols": 8192}, {"cols": 2048}],
+          key=lambda logits, offset, out, seed, temperature, top_k, top_p: (
+              logits.shape[1], logits.dtype.name, args.pow2(top_k)),
+          kernels=(gumbel_rows, top_k_rows), mutates=("out",))
+def _launch_sample(logits: Tensor, offset: Tensor, out: Output, seed: int, temperature: float,
+                   top_k: int, top_p: float, *, config: dict) -> DeviceOp:
+    vocab = logits.shape[1]
+    if top_k == 0:
+        return gumbel_rows(out.partition((1,)), logits, offset, seed, temperature,
+                           C=_columns(config, vocab))
+    k = args.pow2(top_k)
+    return top_k_rows(out.partition((1,)), logits, offset, seed, temperature, top_k, top_p,
+                      C=_columns(config, vocab), K=k)
+
+
+def _logits(op: str, logits: Any) -> Tensor:
+    logits = args.tensor(op, "logits", logits, LOGIT_DTYPES, rank=2)
+    args.nonempty(op, "logits", logits)
+    return logits
+
+
+def _output(op: str, out: Optional[Tensor], logits: Tensor) -> Output:
+    return Output(out, (logits.shape[0],), int32, logits.device, name="out", op=op)
+
+
+@accepts_torch
+def argmax(logits: Tensor, *, out: Optional[Tensor] = None) -> DeviceOp:
+    """The index of each row's largest logit (greedy decoding), as ``torch.argmax(logits,
+    -1)`` but int32: the first index on ties, the first NaN if a row holds any.
+
+    Args:
+        logits: ``(rows, vocab)``, float16/bfloat16/float32 (vocab up to 2**31 - 1).
+        out: where to write, ``(rows,)`` int32 (default: a new tensor).
+
+    Returns:
+        A DeviceOp whose result is the ``(rows,)`` int32 token ids.
+
+    Raises:
+        ArgumentError: logits not a non-empty 2-D float tensor, or an ``out`` of another
+            shape, dtype or device.
+    """
+    op = "argmax"
+    logits = _logits(op, logits)
+    result = _output(op, out, logits)
+    return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
+
+
+@accepts_torch
+def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
+           seed: int, offset: Union[int, Tensor], out: Optional[Tensor] = None) -> DeviceOp:
+    """Draw one token per row from ``softmax(logits / temperature)``, restricted to the
+    ``top_k`` largest logits and then to the smallest prefix of them holding ``top_p`` of the
+    probability (transformers' temperature, top-k, top-p warpers, in that order). The draw is
+    a function of (seed, offset): the same arguments give the same tokens on every device.
+
+    Args:
+        logits: ``(rows, vocab)``, float16/bfloat16/float32.
+        temperature: ``0`` for greedy (``argmax``), else a positive divisor of the logits.
+        top_k: ``0`` for no top-k, else ``1..MAX_TOP_K`` (clamped to ``vocab``).
+        top_p: in ``(0, 1]``; below 1 it needs ``top_k > 0``.
+        seed: the Philox key (an int; 0 <= seed < 2**32).
+        offset: the first random stream: row ``r`` uses stream ``offset + r`` (an int >= 0,
+            or a ``(1,)`` int64 tensor on the device, which a CUDA graph replay reads anew).
+        out: where to write, ``(rows,)`` int32 (default: a new tensor).
+
+    Returns:
+        A DeviceOp whose result is the ``(rows,)`` int32 token ids.
+
+    Raises:
+        ArgumentError: logits not a non-empty 2-D float tensor; an option out of range (the
+            message says which); an ``offset`` tensor that is not ``(1,)`` int64 on the
+            logits' device; an ``out`` of another shape, dtype or device.
+    """
+    op = "sample"
+    logits = _logits(op, logits)
+    temperature, top_p = float(temperature), float(top_p)
+    if not (temperature >= 0 and np.isfinite(temperature)):
+        raise args.fail(op, f"temperature={temperature} must be >= 0 and finite",
+                        "pass 0 for greedy decoding or a positive temperature")
+    if not isinstance(top_k, (int, np.integer)) or not 0 <= top_k <= MAX_TOP_K:
+        raise args.fail(op, f"top_k={top_k!r} must be an int in [0, {MAX_TOP_K}]",
+                        f"pass 0 (no top-k) or at most {MAX_TOP_K}")
+    if not 0 < top_p <= 1:
+        raise args.fail(op, f"top_p={top_p} must be in (0, 1]", "pass 1.0 for no top-p")
+    if top_p < 1 and top_k == 0:
+        raise args.fail(op, f"top_p={top_p} needs top_k > 0 (top-p is applied to the top-k "
+                        "tokens)", f"pass a top_k too (at most {MAX_TOP_K}), e.g. top_k=64")
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise args.fail(op, f"seed={seed!r} must be an int in [0, 2**32)",
+                        "pass a non-negative 32-bit seed")
+    result = _output(op, out, logits)
+    if temperature == 0:
+        return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
+    offset = _offset(op, offset, logits)
+    top_k = min(int(top_k), logits.shape[1])
+    return _launch_sample(logits, offset, result, int(seed), temperature, top_k,
+                          top_p).then(lambda r: result.tensor(r.out))
+
+
+def _offset(op: str, offset: Any, logits: Tensor) -> Any:
+    if isinstance(offset, Tensor):
+        args.tensor(op, "offset", offset, ("int64",), rank=1)
+        args.same_device(op, [("logits", logits), ("offset", offset)])
+        if offset.shape != (1,):
+            raise args.fail(op, f"offset has shape {tuple(offset.shape)}; it must be (1,)",
+                            "pass a one-element int64 tensor")
+        return offset
+    if not isinstance(offset, (int, np.integer)) or offset < 0 or offset >= 2**62:
+        raise args.fail(op, f"offset={offset!r} must be an int in [0, 2**62) or a (1,) int64 "
+                        "tensor", "pass the step's first random stream")
+    return host_tensor(np.array([offset], np.int64), device=logits.device)

@@ -1,0 +1,200 @@
+"""tilesafe.kernels.rope: transformers' rotary math (NeoX rotate_half and GPT-J pairs) against
+float64 references, in place and out=, positions as int32/int64 device tensors, the cos/sin
+table of rope_cache, a position outside the table, and each argument error."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilesafe as ts
+from tilesafe.kernels import rope, rope_cache
+
+NP_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+EPS = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # half an ulp
+
+
+def on(array) -> ts.Tensor:
+    return ts.tensor(array).sync()
+
+
+def hf_inv_freq(head_dim: int, base: float) -> np.ndarray:
+    """transformers' inv_freq: 1 / base**(float32(arange(0, d, 2)) / d), all in float32."""
+    exponents = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
+    return (np.float32(1.0) / np.power(np.float32(base), exponents)).astype(np.float32)
+
+
+def reference(x: np.ndarray, positions: np.ndarray, base: float, layout: str) -> tuple:
+    """x rotated in float64 from transformers' float32 frequencies, and the magnitude of
+    the products summed for each element (|x1*cos| + |x2*sin|), which bounds float32's
+    rounding error."""
+    d = x.shape[-1]
+    freqs = (positions.astype(np.float32)[:, None] * hf_inv_freq(d, base)[None, :])
+    freqs = freqs.astype(np.float32).astype(np.float64)
+    cos = np.cos(freqs).astype(np.float32).astype(np.float64)[:, None, :]
+    sin = np.sin(freqs).astype(np.float32).astype(np.float64)[:, None, :]
+    x = x.astype(np.float64)
+    out, size = np.empty_like(x), np.empty_like(x)
+    first, second = ((slice(0, d // 2), slice(d // 2, d)) if layout == "neox"
+                     else (slice(0, d, 2), slice(1, d, 2)))
+    x1, x2 = x[..., first], x[..., second]
+    out[..., first] = x1 * cos - x2 * sin
+    out[..., second] = x2 * cos + x1 * sin
+    size[..., first] = size[..., second] = np.abs(x1 * cos) + np.abs(x2 * sin)
+    return out, size
+
+
+def check(got: np.ndarray, want: tuple, dtype: str) -> None:
+    """Within float32's roundings of the products and their sum, then one rounding to
+    ``dtype`` (the kernel computes in float32 and rounds once)."""
+    value, size = want
+    err = np.abs(got.astype(np.float64) - value)
+    bound = EPS[dtype] * np.abs(value) + 3 * EPS["float32"] * size
+    assert np.all(err <= bound), float((err / np.maximum(bound, 1e-300)).max())
+
+
+def test_rope_cache_holds_cos_then_sin_of_transformers_frequencies():
+    table = rope_cache(40, 12, base=10000.0).sync().numpy()
+    assert table.shape == (40, 12) and table.dtype == np.float32
+    freqs = (np.arange(40, dtype=np.float32)[:, None] * hf_inv_freq(12, 10000.0)[None, :])
+    freqs = freqs.astype(np.float32).astype(np.float64)
+    assert np.array_equal(table[:, :6], np.cos(freqs).astype(np.float32))
+    assert np.array_equal(table[:, 6:], np.sin(freqs).astype(np.float32))
+    half = rope_cache(40, 12, base=10000.0, dtype="bfloat16").sync()
+    assert half.dtype == ts.bfloat16
+    assert np.array_equal(half.numpy()[:, :6], np.cos(freqs).astype(ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("dtype, tokens, heads, kv_heads, head_dim, index_dtype", [
+    ("float32", 3, 5, 2, 8, np.int64),
+    ("bfloat16", 7, 4, 1, 12, np.int32),
+    ("float16", 1, 3, 3, 16, np.int32),
+])
+def test_rope_in_place_matches_transformers(rng, layout, dtype, tokens, heads, kv_heads,
+                                            head_dim, index_dtype):
+    base = 1_000_000.0
+    table = rope_cache(50, head_dim, base=base).sync()
+    q = rng.standard_normal((tokens, heads, head_dim)).astype(NP_DTYPES[dtype])
+    k = rng.standard_normal((tokens, kv_heads, head_dim)).astype(NP_DTYPES[dtype])
+    positions = rng.choice(50, tokens, replace=False).astype(index_dtype)
+    qt, kt = on(q), on(k)
+    got_q, got_k = rope(qt, kt, table, on(positions), layout=layout).sync()
+    assert got_q is qt and got_k is kt  # rotated in place
+    check(qt.numpy(), reference(q, positions, base, layout), dtype)
+    check(kt.numpy(), reference(k, positions, base, layout), dtype)
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+def test_rope_q_out_k_out_leave_the_inputs_alone(rng, layout):
+    q = rng.standard_normal((4, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((4, 2, 8)).astype(np.float32)
+    positions = np.array([9, 0, 3, 9], np.int32)  # repeated positions are fine
+    table = rope_cache(10, 8, base=500.0).sync()
+    qt, kt = on(q), on(k)
+    q_out = ts.full((4, 3, 8), np.nan, ts.float32).sync()
+    k_out = ts.full((4, 2, 8), np.nan, ts.float32).sync()
+    got_q, got_k = rope(qt, kt, table, on(positions), layout=layout, q_out=q_out,
+                        k_out=k_out).sync()
+    assert got_q.shape == (4, 3, 8) and got_k.shape == (4, 2, 8)
+    check(q_out.numpy(), reference(q, positions, 500.0, layout), "float32")
+    check(k_out.numpy(), reference(k, positions, 500.0, layout), "float32")
+    assert np.array_equal(qt.numpy(), q) and np.array_equal(kt.numpy(), k)
+
+
+def test_rope_on_row_strided_views_and_the_fused_qkv_limit(rng):
+    # q as a view of wider rows (a projection's output with padding columns): in place
+    wide = rng.standard_normal((3, 40)).astype(np.float32)
+    buffer = on(wide)
+    q = buffer[:, 0:32].reshape(3, 4, 8)
+    k = on(rng.standard_normal((3, 2, 8)).astype(np.float32))
+    positions = np.array([1, 2, 3], np.int64)
+    rope(q, k, rope_cache(4, 8).sync(), on(positions)).sync()
+    got = buffer.numpy()
+    check(got[:, :32].reshape(3, 4, 8), reference(wide[:, :32].reshape(3, 4, 8), positions,
+                                                  1e6, "neox"), "float32")
+    assert np.array_equal(got[:, 32:], wide[:, 32:])  # the padding columns are untouched
+    # q and k as interleaved views of one fused QKV buffer: their spans overlap, which the
+    # launch's aliasing check (by address range) refuses; nothing is written
+    fused = on(wide)
+    with pytest.raises(ts.AliasingError, match="arguments 'q' and 'k' of 'rope_inplace' "
+                       "overlap in memory"):
+        rope(fused[:, 0:16].reshape(3, 2, 8), fused[:, 16:32].reshape(3, 2, 8),
+             rope_cache(4, 8).sync(), on(positions)).sync()
+    assert np.array_equal(fused.numpy(), wide)
+
+
+def test_a_position_outside_the_table_raises(rng):
+    q = on(rng.standard_normal((2, 3, 8)).astype(np.float32))
+    k = on(rng.standard_normal((2, 2, 8)).astype(np.float32))
+    with pytest.raises(ts.IndexOutOfRangeError, match=r"gather index 6 along axis 0 is outside "
+                       r"\[0, 6\)"):
+        rope(q, k, rope_cache(6, 8).sync(), on(np.array([0, 6], np.int32))).sync()
+
+
+def test_rope_argument_errors(rng):
+    table = rope_cache(8, 8).sync()
+    q = on(rng.standard_normal((2, 3, 8)).astype(np.float32))
+    k = on(rng.standard_normal((2, 1, 8)).astype(np.float32))
+    pos = on(np.array([0, 1], np.int32))
+    cases = [
+        (dict(q=q, k=k, cos_sin_cache=table, positions=pos, layout="llama"),
+         "rope: layout='llama' is not one of 'neox', 'gptj'"),
+        (dict(q=on(np.zeros((2, 3, 8), np.int32)), k=k, cos_sin_cache=table, positions=pos),
+         "rope: q has dtype int32; supported: float16, bfloat16, float32"),
+        (dict(q=q, k=on(np.zeros((2, 1, 8), np.float16)), cos_sin_cache=table, positions=pos),
+         "rope: k has dtype float16, q float32"),
+        (dict(q=q, k=on(np.zeros((3, 1, 8), np.float32)), cos_sin_cache=table, positions=pos),
+         r"rope: q has shape \(2, 3, 8\) and k \(3, 1, 8\): they must agree"),
+        (dict(q=q.reshape(2, 24), k=k, cos_sin_cache=table, positions=pos),
+         r"rope: q has shape \(2, 24\); it must have 3 dimensions"),
+        (dict(q=q, k=k, cos_sin_cache=rope_cache(8, 4).sync(), positions=pos),
+         r"rope: cos_sin_cache has shape \(8, 4\); its width must be head_dim=8"),
+        (dict(q=q, k=k, cos_sin_cache=table, positions=on(np.array([0.0, 1.0]))),
+         "rope: positions has dtype float64; supported: int32, int64"),
+        (dict(q=q, k=k, cos_sin_cache=table, positions=on(np.array([0, 1, 2], np.int32))),
+         "rope: positions has 3 entries for 2 tokens"),
+        (dict(q=q, k=k, cos_sin_cache=table, positions=pos, q_out=ts.zeros((2, 3, 8)).sync()),
+         "rope: q_out= and k_out= go together: one of them is missing"),
+        (dict(q=q, k=k, cos_sin_cache=table, positions=pos,
+              q_out=ts.zeros((2, 3, 8), ts.float16).sync(), k_out=ts.zeros((2, 1, 8)).sync()),
+         r"rope: q_out= has shape \(2, 3, 8\) and dtype float16"),
+        (dict(q=q, k=np.zeros((2, 1, 8), np.float32), cos_sin_cache=table, positions=pos),
+         "rope: k must be a tilesafe tensor, got ndarray"),
+        (dict(q=on(np.zeros((2, 3, 7), np.float32)), k=on(np.zeros((2, 1, 7), np.float32)),
+              cos_sin_cache=table, positions=pos), "rope: head_dim=7 is odd"),
+        (dict(q=on(np.zeros((3, 2, 8), np.float32)).transpose(0, 1), k=k,
+              cos_sin_cache=table, positions=pos), "rope: q's heads are not contiguous"),
+    ]
+    before = q.numpy()
+    for kwargs, words in cases:
+        with pytest.raises(ts.ArgumentError, match=words) as info:
+            rope(**kwargs)
+        assert "test_kernels_rope.py" in str(info.value)  # the caller's line
+    assert np.array_equal(q.numpy(), before)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(max_positions=0, head_dim=8), "rope_cache: max_positions=0 must be at least 1"),
+    (dict(max_positions=4, head_dim=5), "rope_cache: head_dim=5 must be an even number"),
+    (dict(max_positions=4, head_dim=8, base=0.0), "rope_cache: base=0.0 must be positive"),
+    (dict(max_positions=4, head_dim=8, dtype="int32"), "rope_cache: dtype int32 is not "
+     "supported; supported: float16, bfloat16, float32"),
+])
+def test_rope_cache_argument_errors(kwargs, words):
+    with pytest.raises(ts.ArgumentError, match=words):
+        rope_cache(**kwargs)
+
+
+def test_torch_tensors_rotated_in_place():
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 4, 8, generator=generator), torch.randn(3, 2, 8, generator=generator)
+    q_np, k_np = q.numpy().copy(), k.numpy().copy()
+    positions = np.array([4, 1, 0], np.int64)
+    table = torch.from_dlpack(rope_cache(5, 8).sync())
+    got_q, got_k = rope(q, k, table, torch.from_numpy(positions))
+    assert got_q is q and got_k is k
+    check(q.numpy(), reference(q_np, positions, 1e6, "neox"), "float32")
+    check(k.numpy(), reference(k_np, positions, 1e6, "neox"), "float32")

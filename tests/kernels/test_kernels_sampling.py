@@ -1,0 +1,192 @@
+"""tilesafe.kernels.argmax and sample: argmax as torch's (first index on ties, NaN first,
+several column tiles), sample's choices against a float64 reference fed the same Philox
+uniforms (full vocabulary, top-k, top-k then top-p), reproducibility by (seed, offset) with
+the offset an int or a device tensor, the sampled distribution against the exact one (a
+chi-square bound that a wrong algorithm fails), and each argument error."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe.kernels import argmax, sample
+
+NP_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def on(array) -> ts.Tensor:
+    return ts.tensor(array).sync()
+
+
+@ts.kernel
+def philox_uniforms(out: tc.MutTensor[tc.f32, (1, "VP")], seed: int, offset: tc.i64,
+                    vocab: tc.i64):
+    """The numbers ``sample`` draws, as documented: column j of row r is word j % 4 of
+    ``randint4x(seed, (offset + r) * ceil(vocab / 4) + j // 4)``, mapped to [0, 1)."""
+    i, _, _ = tc.get_tile_block_id()
+    first = (offset + tc.astype(i, tc.i64)) * ((vocab + 3) // 4)
+    columns = tc.arange(VP, tc.i64)
+    words = tc.randint4x(seed, first + columns // 4)
+    lane = columns % 4
+    word = tc.where(lane == 0, words[0], tc.where(lane == 1, words[1],
+                                                  tc.where(lane == 2, words[2], words[3])))
+    out.store(tc.uint_to_uniform(word).reshape((1, VP)))
+
+
+def uniforms(rows: int, vocab: int, seed: int, offset: int) -> np.ndarray:
+    width = 1 << (vocab - 1).bit_length()
+    out = ts.zeros((rows, width), ts.float32).sync()
+    philox_uniforms(ts.borrow_mut(out).partition((1, width)), seed, offset, vocab).sync()
+    return out.numpy()[:, :vocab].astype(np.float64)
+
+
+def reference(logits: np.ndarray, u: np.ndarray, temperature: float, top_k: int,
+              top_p: float) -> np.ndarray:
+    """The documented algorithm in float64: Gumbel-max over the kept tokens."""
+    choices = []
+    for x, row_u in zip(logits.astype(np.float64), u):
+        scaled = x / temperature
+        gumbel = -np.log(-np.log(row_u))
+        if top_k == 0:
+            choices.append(int(np.argmax(scaled + gumbel)))
+            continue
+        order = np.argsort(-x, kind="stable")[:min(top_k, x.size)]
+        values = scaled[order]
+        weights = np.exp(values - values[0])
+        keep = np.cumsum(weights) - weights < top_p * weights.sum()
+        choices.append(int(order[np.argmax(np.where(keep, values + gumbel[order], -np.inf))]))
+    return np.array(choices)
+
+
+def kept_probabilities(x: np.ndarray, temperature: float, top_k: int,
+                       top_p: float) -> np.ndarray:
+    """The exact distribution ``sample`` draws from for one row (float64)."""
+    scaled = x.astype(np.float64) / temperature
+    keep = np.ones(x.size, bool)
+    if top_k:
+        order = np.argsort(-x, kind="stable")[:top_k]
+        weights = np.exp(scaled[order] - scaled[order][0])
+        kept = order[np.cumsum(weights) - weights < top_p * weights.sum()]
+        keep = np.isin(np.arange(x.size), kept)
+    p = np.where(keep, np.exp(scaled - scaled.max()), 0.0)
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_argmax_is_torchs_first_index_on_ties(rng, dtype):
+    x = rng.standard_normal((5, 5000)).astype(np.float32)
+    x[0, 10] = x[0, 4500] = 9.0       # a tie across column tiles: the first wins
+    x[1, 4999] = 9.0                  # the last column
+    x[2] = -np.abs(x[2]) - 1.0        # every logit negative (past the row reads -inf)
+    x[3, 77] = x[3, 4100] = np.nan    # NaN counts as the largest, the first one
+    x = x.astype(NP_DTYPES[dtype])
+    got = argmax(on(x)).sync()
+    assert got.dtype == ts.int32 and got.shape == (5,)
+    want = [10, 4999, int(np.argmax(x[2])), 77, int(np.argmax(x[4]))]
+    assert got.numpy().tolist() == want
+
+
+def test_argmax_of_short_odd_rows_into_out(rng):
+    x = rng.standard_normal((37, 3)).astype(np.float32) - 5.0
+    x[5] = [-1.0, -1.0, -1.0]
+    out = ts.full((37,), -7, ts.int32).sync()
+    got = argmax(on(x), out=out).sync()
+    assert np.array_equal(out.numpy(), np.argmax(x, 1)) and out.numpy()[5] == 0
+    assert np.array_equal(got.numpy(), np.argmax(x, 1))
+
+
+@pytest.mark.parametrize("dtype, vocab, top_k, top_p", [
+    ("float32", 300, 0, 1.0),
+    ("bfloat16", 300, 5, 1.0),
+    ("float32", 5000, 16, 0.8),      # two column tiles: the running top-k set is merged
+    ("float16", 37, 64, 0.5),        # top_k above the vocabulary: clamped to it
+])
+def test_sample_makes_the_references_choices_from_the_same_uniforms(rng, dtype, vocab, top_k,
+                                                                    top_p):
+    rows, seed, offset, temperature = 6, 1234, 17, 0.75
+    x = (2 * rng.standard_normal((rows, vocab))).astype(NP_DTYPES[dtype])
+    got = sample(on(x), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                 offset=offset).sync().numpy()
+    u = uniforms(rows, vocab, seed, offset)
+    want = reference(x.astype(np.float32), u, temperature, top_k, top_p)
+    assert got.tolist() == want.tolist()
+    # the same (seed, offset) gives the same tokens, with the offset a device tensor too
+    again = sample(on(x), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                   offset=on(np.array([offset], np.int64))).sync().numpy()
+    assert again.tolist() == want.tolist()
+    # another offset draws other numbers (6 rows agreeing by chance is improbable here)
+    other = sample(on(x), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                   offset=offset + rows).sync().numpy()
+    assert other.tolist() == reference(x.astype(np.float32), uniforms(rows, vocab, seed,
+                                       offset + rows), temperature, top_k, top_p).tolist()
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (4, 1.0), (8, 0.7)])
+def test_sampled_frequencies_follow_the_kept_distribution(top_k, top_p):
+    logits = np.array([1.0, 0.2, -0.5, 2.0, 0.9, -3.0, 1.7], np.float32)
+    temperature, rows = 1.5, 1000
+    p = kept_probabilities(logits, temperature, top_k, top_p)
+    counts = np.zeros(logits.size)
+    for seed in (1, 2):  # several seeds, each row its own stream
+        x = on(np.tile(logits, (rows, 1)))
+        tokens = sample(x, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                        offset=0).sync().numpy()
+        counts += np.bincount(tokens, minlength=logits.size)
+    n = counts.sum()
+    assert np.all(counts[p == 0] == 0)  # never a token outside the kept set
+    expected = n * p[p > 0]
+    chi2 = float(((counts[p > 0] - expected) ** 2 / expected).sum())
+    # df <= 6: P(chi2 > 35) < 1e-5 for the right distribution; a wrong temperature, top-k
+    # or top-p moves the counts by hundreds
+    assert chi2 < 35.0, (chi2, counts, expected)
+
+
+def test_temperature_zero_is_argmax(rng):
+    x = rng.standard_normal((4, 50)).astype(np.float32)
+    got = sample(on(x), temperature=0.0, top_k=3, seed=5, offset=0).sync()
+    assert np.array_equal(got.numpy(), np.argmax(x, 1))
+
+
+def test_sample_argument_errors(rng):
+    x = on(rng.standard_normal((2, 10)).astype(np.float32))
+    base = dict(temperature=1.0, seed=1, offset=0)
+    cases = [
+        (dict(temperature=-1.0), "sample: temperature=-1.0 must be >= 0 and finite"),
+        (dict(top_k=1000), r"sample: top_k=1000 must be an int in \[0, 256\]"),
+        (dict(top_k=2.5), r"sample: top_k=2.5 must be an int"),
+        (dict(top_p=0.0), r"sample: top_p=0.0 must be in \(0, 1\]"),
+        (dict(top_p=0.9), "sample: top_p=0.9 needs top_k > 0"),
+        (dict(seed=-1), r"sample: seed=-1 must be an int in \[0, 2\*\*32\)"),
+        (dict(offset=-3), r"sample: offset=-3 must be an int in \[0, 2\*\*62\) or a \(1,\) "
+         "int64 tensor"),
+        (dict(offset=on(np.array([1, 2], np.int64))),
+         r"sample: offset has shape \(2,\); it must be \(1,\)"),
+        (dict(offset=on(np.array([1], np.int32))),
+         "sample: offset has dtype int32; supported: int64"),
+        (dict(out=ts.zeros((2,), ts.int64).sync()),
+         r"sample: out= has shape \(2,\) and dtype int64; this call writes shape \(2,\), "
+         "dtype int32"),
+    ]
+    for change, words in cases:
+        with pytest.raises(ts.ArgumentError, match=words) as info:
+            sample(x, **{**base, **change})
+        assert "test_kernels_sampling.py" in str(info.value)
+    with pytest.raises(ts.ArgumentError, match=r"argmax: logits has shape \(20,\); it must "
+                       "have 2 dimensions"):
+        argmax(x.reshape(20))
+    with pytest.raises(ts.ArgumentError, match="argmax: logits has dtype int32"):
+        argmax(on(np.zeros((2, 3), np.int32)))
+
+
+def test_torch_tensors_in_and_out(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal((3, 40)).astype(np.float32))
+    got = argmax(x)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.int32
+    assert torch.equal(got.long(), torch.argmax(x, -1))
+    drawn = sample(x, temperature=0.5, top_k=3, seed=1, offset=torch.tensor([7]))
+    want = reference(x.numpy(), uniforms(3, 40, 1, 7), 0.5, 3, 1.0)
+    assert drawn.tolist() == want.tolist()
