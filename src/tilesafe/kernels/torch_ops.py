@@ -99,7 +99,7 @@ def _(x, approximate):
 @_op("rope", mutates=("q", "k"))
 def rope_op(q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
             positions: torch.Tensor, layout: str) -> None:
-    rope(q, k, cos_sin_cache, positions, layout=layout)
+    rope(q, k, cos_sin_cache, positions, layout=layout)  # (in place)
 
 
 @rope_op.register_fake
@@ -141,12 +141,12 @@ def _(logits, temperature, top_k, top_p, seed, offset):
 
 @_op("kv_cache_update", mutates=("cache_k", "cache_v"))
 def kv_cache_update_op(cache_k: torch.Tensor, cache_v: torch.Tensor, k: torch.Tensor,
-                       v: torch.Tensor, slots: torch.Tensor) -> None:
-    kv_cache_update(cache_k, cache_v, k, v, slots)
+                       v: torch.Tensor, slots: torch.Tensor, layout: str) -> None:
+    kv_cache_update(cache_k, cache_v, k, v, slots, layout=layout)
 
 
 @kv_cache_update_op.register_fake
-def _(cache_k, cache_v, k, v, slots):
+def _(cache_k, cache_v, k, v, slots, layout):
     return None
 
 

@@ -1,0 +1,71 @@
+"""The library as torch custom operators (``tilesafe.kernels.torch_ops``), on torch's CPU build:
+each op computes what the library function does, its fake implementation gives the output's
+shape and dtype (checked against the real result), in-place ops change their arguments, and
+the ops trace into a ``torch.compile`` graph with no graph break."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ops_module = pytest.importorskip("tilesafe.kernels.torch_ops")
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+T = torch.ops.tilesafe
+
+
+def _fake_matches(op, *args):
+    real = op(*args)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = op(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+    if real is None:
+        assert fake is None
+        return real
+    assert fake.shape == real.shape and fake.dtype == real.dtype, (fake, real)
+    return real
+
+
+def test_row_ops_and_their_fakes():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 40, generator=g)
+    w = torch.randn(40, generator=g)
+    y = _fake_matches(T.rms_norm, x, w, 1e-6)
+    want = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)) * w
+    assert torch.allclose(y, want, atol=1e-5)
+    assert torch.allclose(_fake_matches(T.softmax, x), torch.softmax(x, -1), atol=1e-6)
+    gate_up = torch.randn(3, 64, generator=g)
+    got = _fake_matches(T.silu_mul, gate_up, None)
+    assert got.shape == (3, 32)
+    assert torch.allclose(got, torch.nn.functional.silu(gate_up[:, :32]) * gate_up[:, 32:],
+                          atol=1e-6)
+    assert _fake_matches(T.matmul, torch.randn(3, 16).half(), torch.randn(8, 16).half(),
+                         None).shape == (3, 8)
+    ids = torch.tensor([3, 1, 4], dtype=torch.int32)
+    table = torch.randn(10, 8, generator=g)
+    assert torch.equal(_fake_matches(T.embedding, ids, table), table[ids.long()])
+    logits = torch.randn(2, 50, generator=g)
+    assert torch.equal(_fake_matches(T.argmax, logits).long(), logits.argmax(-1))
+
+
+def test_in_place_ops_change_their_arguments():
+    g = torch.Generator().manual_seed(1)
+    x, residual = torch.randn(4, 32, generator=g), torch.randn(4, 32, generator=g)
+    w = torch.ones(32)
+    before = residual.clone()
+    normed = T.add_rms_norm(x, residual, w, 1e-6)
+    assert torch.allclose(residual, before + x)
+    r = residual
+    assert torch.allclose(normed, r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + 1e-6),
+                          atol=1e-5)
+
+
+def test_the_ops_trace_into_torch_compile_without_a_break():
+    def block(x, w, up):
+        h = T.rms_norm(x, w, 1e-6)
+        return T.silu_mul(h, up)
+    g = torch.Generator().manual_seed(2)
+    x, w, up = (torch.randn(4, 32, generator=g), torch.randn(32, generator=g),
+                torch.randn(4, 32, generator=g))
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
+    assert torch.allclose(compiled(x, w, up), block(x, w, up))
