@@ -531,3 +531,28 @@ def test_the_command_reports_bad_input(cache, tmp_path, capsys):
     plain.write_text("X = 1\n")
     assert cli_main(["tune", str(plain)]) == 0
     assert "has no tune() function" in capsys.readouterr().out
+
+
+def test_a_call_while_timing_is_not_ready_uses_the_first_config(fake, cache, monkeypatch):
+    monkeypatch.setattr(fake, "ready", lambda device: False)   # e.g. a graph being captured
+    _, x = inputs()
+    tuned = make_scale()
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 1}
+    assert fake.timed == [] and stored_entries(cache) == {}
+    monkeypatch.setattr(fake, "ready", lambda device: True)    # not remembered: tuned later
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 2}
+
+
+def test_the_cuda_strategy_times_a_chain_of_runs_between_two_events():
+    strategy = timing.CudaEventTiming()
+    assert not strategy.can_time(ts.Device("cpu"))
+    _, x = inputs()
+    acc = ts.zeros((ROWS, HIDDEN)).sync()
+    before = accumulate.launch_count
+
+    def make_op():
+        return accumulate(ts.borrow_mut(acc).partition((2, BLOCK)), x)
+    stream = ts.Stream("cpu")             # its events time the host: the same chain, no GPU
+    ms = strategy.time_runs({"rows": 2}, make_op, stream, 3)
+    assert ms >= 0.0 and accumulate.launch_count == before + 3
+    np.testing.assert_array_equal(acc.numpy(), 3 * x.numpy())

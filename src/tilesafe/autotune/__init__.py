@@ -37,8 +37,9 @@ Which config a call uses, in order:
    once (compiled; a config that fails to compile or launch with a ``TilesafeError`` is
    skipped; :class:`~tilesafe.errors.TuningError` if all fail), then timed in interleaved
    rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
-   says what was tuned and what won. A call whose arguments are DeviceOps not run yet cannot
-   be timed: it uses the first config and stores nothing.
+   says what was tuned and what won. A call whose arguments are DeviceOps not run yet, or
+   made while torch captures a CUDA graph, cannot be timed: it uses the first config and
+   stores nothing (tune before capturing: call once outside the capture, or ship a table).
 
 Timing runs never change what the caller sees (see :mod:`.timing`): tensors named in
 ``mutates`` and kernel outputs (partitions) are cloned, outputs not allocated yet are
@@ -164,6 +165,8 @@ class Tuned:
                 return found
         if not _tuning_enabled():
             return 0
+        if not strategy.ready(device):
+            return None
         bound = self._signature.bind(*args, **kwargs)
         try:
             copies = timing.timing_arguments(dict(bound.arguments), self.mutates)

@@ -20,6 +20,7 @@ This module may import the host layer (tensors, partitions, constructors) and th
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any, Callable, Optional
 
 from ..deviceops.deviceop import DeviceOp
@@ -45,6 +46,10 @@ class Timing:
         """``(architecture, device name)``, e.g. ``("sm_90", "NVIDIA H100 80GB HBM3")``."""
         raise NotImplementedError
 
+    def ready(self, device: Device) -> bool:
+        """Whether timing may run now (not while a CUDA graph is being captured)."""
+        return True
+
     def stream(self, device: Device) -> Stream:
         """The stream timing runs on, after all earlier work on the device has completed."""
         raise NotImplementedError
@@ -65,6 +70,14 @@ class CudaEventTiming(Timing):
     def describe(self, device: Device) -> tuple[str, str]:
         major, minor = cuda.compute_capability(device.index)
         return f"sm_{major}{minor}", str(cuda.device(device.index).name)
+
+    def ready(self, device: Device) -> bool:
+        # a device-wide wait (and any allocation) would break a torch graph being captured
+        torch = sys.modules.get("torch")
+        try:
+            return torch is None or not torch.cuda.is_current_stream_capturing()
+        except Exception:  # (a torch without CUDA)
+            return True
 
     def stream(self, device: Device) -> Stream:
         cuda.make_current(device.index).sync()  # earlier work, on any stream, is complete
