@@ -130,17 +130,23 @@ class Tuned:
         strategy = timing.TIMING
         if not strategy.can_time(device):
             return 0
+        raw = self.key(*args, **kwargs)
+        try:  # the fast path of a repeated call: the key as computed, when it is hashable
+            memo: Any = (device, raw)
+            found = self._chosen.get(memo)
+        except TypeError:
+            memo, found = None, None
+        if found is not None:
+            return found
         try:
-            values = keys.key_value(self.key(*args, **kwargs))
+            values = keys.key_value(raw)
         except TypeError as err:
             raise ArgumentError(f"autotune of {self.name}: the key of this call is not "
                                 f"usable: {err}", caller_location(),
                                 hint="make key return numbers, strings, booleans, dtypes or "
                                 "tuples of them") from None
-        memo = (device, json.dumps(values, sort_keys=True))
-        found = self._chosen.get(memo)
-        if found is not None:
-            return found
+        if memo is None:
+            memo = (device, json.dumps(values, sort_keys=True))
         with self._lock:
             found = self._chosen.get(memo)
             if found is None:
@@ -388,7 +394,7 @@ def _describe(value: Any) -> Any:
     """A key value for one argument: a tensor-like by its shape and dtype."""
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None and not isinstance(value, (int, float)):
-        described = [list(shape), getattr(dtype, "name", str(dtype))]
+        described = (tuple(shape), getattr(dtype, "name", str(dtype)))
         tile = getattr(value, "tile_shape", None)
-        return described + [list(tile)] if tile is not None else described
+        return described + (tuple(tile),) if tile is not None else described
     return value
