@@ -28,6 +28,8 @@ from .host.interop import from_dlpack
 from .host.partition import BorrowMut, MappedPartition, Partition
 from .host.tensor import Tensor, borrow_mut
 from .kernel import Kernel, compile, function, kernel, unsafe
+from .autotune import Tuned, TunedKernel, autotune
+from .errors import TuningError
 
 __version__ = "0.1.0"
 
@@ -49,4 +51,5 @@ __all__ = [
     "TileShapeError", "SignatureError", "OwnershipError", "DeviceOpError", "CudaError",
     "TileirasNotFound", "DeviceError", "__version__",
     "DeviceAssertionError",
+    "autotune", "Tuned", "TunedKernel", "TuningError",
 ]

@@ -1,5 +1,6 @@
 """The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable),
-``demo`` (the README example, timed, on the default device) and ``check`` (compile every
+``demo`` (the README example, timed, on the default device), ``tune`` (tuning results of
+``ts.autotune``: ``tilesafe tune --help``) and ``check`` (compile every
 kernel of a module without a GPU: front end and safety rules, and with ``--target`` the whole
 path to a cubin). A reader that closes the output early (``tilesafe info | head -1``) ends any
 command quietly, with status 1."""
@@ -18,6 +19,7 @@ import numpy as np
 from . import __version__
 from ._demo import run_demo
 from .check import check_file
+from .autotune.command import add_parser as add_tune_parser
 from .driver.device import default_device, devices, probe_gpu
 from . import _compiled
 
@@ -77,6 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "example can bind (no examples=[...] on @ts.kernel) as skipped, not "
                        "failed")
     check.set_defaults(fn=cmd_check)
+    add_tune_parser(sub)
     try:
         args = parser.parse_args(argv)
         status = args.fn(args)

@@ -35,7 +35,8 @@ tensor unchanged and usable.
     │   ├── IndexOutOfRangeError     a data-dependent index outside its tensor (every device)
     │   └── DeviceAssertionError     a tc.assert_ that failed (interpreter)
     ├── CudaError                    a CUDA driver call failed
-    └── DeviceError                  a device name that is unknown or not usable here
+    ├── DeviceError                  a device name that is unknown or not usable here
+    └── TuningError                  every autotune config failed for a call (ts.autotune)
 """
 
 from __future__ import annotations
@@ -272,3 +273,8 @@ class CudaError(TilesafeError):
 class DeviceError(TilesafeError, ValueError):
     """A device name that is unknown or not usable on this machine (``TILESAFE_DEVICE``,
     ``device=...``); the message says why and what is available."""
+
+
+class TuningError(TilesafeError):
+    """Tuning found no usable config: every config failed to compile or launch for the call's
+    arguments (the message lists each config's failure)."""

@@ -99,10 +99,14 @@ class Platform:
         """Whether the work enqueued on ``stream`` has completed (never blocks)."""
         return True
 
-    def record_event(self, stream: Any) -> Optional[Any]:
-        """A native event marking the current end of ``stream``'s work, or None when recorded
-        work is complete at once."""
+    def record_event(self, stream: Any, *, timing: bool = False) -> Optional[Any]:
+        """A native event marking the current end of ``stream``'s work (with a timestamp when
+        ``timing``), or None when recorded work is complete at once."""
         return None
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        """Milliseconds between two native events recorded with ``timing``."""
+        raise TypeError(f"{self.kind} events have no device timestamps")
 
 
 class HostPlatform(Platform):
@@ -196,8 +200,23 @@ class CudaPlatform(Platform):
     def is_idle(self, stream: Any) -> bool:
         return cuda.is_idle(stream.native_address)
 
-    def record_event(self, stream: Any) -> Any:
-        return stream.native.record()
+    def record_event(self, stream: Any, *, timing: bool = False) -> Any:
+        if not timing:
+            return stream.native.record()
+        return stream.native.record(options=_timing_options())
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(end - start)  # cuda.core: an event minus an earlier one, in milliseconds
+
+
+def _timing_options() -> Any:
+    """cuda.core's options for an event that records a timestamp (the field was renamed
+    between releases: ``timing_enabled``, earlier ``enable_timing``)."""
+    from cuda.core import EventOptions  # type: ignore[import-not-found]
+    try:
+        return EventOptions(timing_enabled=True)
+    except TypeError:
+        return EventOptions(enable_timing=True)
 
 
 _PLATFORMS: dict[str, Platform] = {"cpu": HostPlatform(), "cuda": CudaPlatform()}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from .. import _compiled
@@ -208,15 +209,47 @@ def _raw_handle(handle: Any) -> int:
 class Event:
     """A point in a stream's work; other streams (or the host) can wait for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, timing: bool = False) -> None:
+        """``timing=True`` records a timestamp too, for :meth:`elapsed_ms` (a CUDA event with
+        timing costs a little more to record)."""
         self._native: Any = None
         self._recorded = False
+        self._timing = bool(timing)
+        self._host_time: Optional[float] = None
+        self._device: Optional[Device] = None
 
     def record(self, stream: Stream) -> "Event":
         """Mark the current end of ``stream``'s work (cpu: already complete)."""
-        self._native = platform_of(stream.device).record_event(stream)
+        platform = platform_of(stream.device)
+        self._native = platform.record_event(stream, timing=self._timing)
+        # where work completes as it is enqueued (cpu), now is when the work before completed
+        self._host_time = time.perf_counter() if self._native is None else None
+        self._device = stream.device
         self._recorded = True
         return self
+
+    def elapsed_ms(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end``, both recorded with ``timing=True`` on one
+        device and ``end`` complete (call ``end.synchronize()`` first). On a GPU the device's
+        clock (CUDA events); on ``cpu`` the host's, at the records.
+
+        Raises:
+            DeviceOpError: an event not recorded, recorded without ``timing=True``, or the
+                two recorded on different devices."""
+        for event, which in ((self, "start"), (end, "end")):
+            if not event._recorded or not event._timing:
+                why = "was never recorded" if not event._recorded else \
+                    "was made without timing=True"
+                raise DeviceOpError(f"{caller_location()}: the {which} event {why}, so it has "
+                                    "no timestamp\n  fix: ts.Event(timing=True).record(stream) "
+                                    "for both events")
+        if self._device != end._device:
+            raise DeviceOpError(f"{caller_location()}: the events were recorded on "
+                                f"{self._device} and {end._device}; elapsed time needs one "
+                                "device\n  fix: record both on streams of one device")
+        if self._native is None:
+            return (end._host_time - self._host_time) * 1e3
+        return platform_of(self._device).elapsed_ms(self._native, end._native)
 
     def query(self) -> bool:
         """True once the recorded work has completed (False before it is recorded)."""

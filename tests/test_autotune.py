@@ -1,0 +1,558 @@
+"""``ts.autotune``: the config a call uses (cpu, memory, disk store, shipped table, tuning),
+the full key results are filed under, the kernel form and ``tilesafe tune``. Nothing is timed:
+tuning runs go through a fake timing strategy that runs every op on the interpreter and
+reports made-up times."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.core as tc
+from tilesafe import autotune as at
+from tilesafe.autotune import keys, store, timing
+from tilesafe.cli import main as cli_main
+
+ROWS, HIDDEN = 5, 12          # odd sizes: the row tile and the column tile both pad
+BLOCK = 16                    # the power of two covering HIDDEN
+
+
+@ts.kernel
+def scale_rows(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, (-1, -1)],
+               factor: float):
+    z.store(tc.load_tile_like(x, z) * factor)
+
+
+@ts.kernel
+def accumulate(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, (-1, -1)]):
+    z.store(z.load() + tc.load_tile_like(x, z))
+
+
+@ts.kernel
+def row_sums(z: tc.MutTensor[tc.f32, (1, 1)], x: tc.Tensor[tc.f32, (-1, -1)],
+             CHUNK: tc.Const[int]):
+    row, _, _ = tc.get_tile_block_id()
+    chunks = x.partition((1, CHUNK))
+    total = tc.zeros((1, CHUNK), tc.f32)
+    for k in range(chunks.num_tiles(1)):
+        total = total + chunks.load((row, k))
+    z.store(tc.reduce_sum(total, 1, keepdims=True))
+
+
+CONFIGS = [{"rows": 1}, {"rows": 2}, {"rows": 4}]
+
+
+def make_scale(configs=CONFIGS, **options):
+    """A new tuned launch (same name and source every time, as in a new process)."""
+    @ts.autotune(configs=configs, key=lambda x, out, factor: (x.shape[1], x.dtype.name),
+                 kernels=(scale_rows,), **options)
+    def launch_scale(x, out, factor, *, config):
+        return scale_rows(ts.borrow_mut(out).partition((config["rows"], BLOCK)), x, factor)
+    return launch_scale
+
+
+def make_accumulate():
+    @ts.autotune(configs=CONFIGS, key=["x"], kernels=(accumulate,), mutates=("acc",))
+    def launch_accumulate(acc, x, *, config):
+        return accumulate(ts.borrow_mut(acc).partition((config["rows"], BLOCK)), x)
+    return launch_accumulate
+
+
+class FakeTiming(timing.Timing):
+    """Pretends every device is a GPU: runs each timed op on the interpreter (so a failing
+    config fails as it would) and reports ``times[config["rows"]]`` milliseconds."""
+
+    def __init__(self, times, arch="sm_90", name="Fake GPU 80GB"):
+        self.times, self.arch, self.name = times, arch, name
+        self.timed: list = []
+
+    def can_time(self, device):
+        return True
+
+    def describe(self, device):
+        return self.arch, self.name
+
+    def stream(self, device):
+        return ts.Stream(device)
+
+    def time_runs(self, config, make_op, stream, runs):
+        self.timed.append(dict(config))
+        for _ in range(runs):
+            make_op().sync_on(stream)
+        return self.times[next(iter(config.values()))]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty store and an empty shipped-table directory, tuning on."""
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TILESAFE_AUTOTUNE", raising=False)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(store, "SHIPPED_DIR", shipped)
+    return tmp_path
+
+
+@pytest.fixture
+def fake(cache, monkeypatch):
+    strategy = FakeTiming({1: 3.0, 2: 1.0, 4: 2.0})
+    monkeypatch.setattr(timing, "TIMING", strategy)
+    return strategy
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((ROWS, HIDDEN)).astype(np.float32)
+    return x, ts.tensor(x).sync()
+
+
+def scratch(shape=(ROWS, HIDDEN)):
+    return ts.empty(shape).sync()
+
+
+def run_scale(tuned, x):
+    out = ts.empty((ROWS, HIDDEN)).sync()
+    tuned(x, out, 2.5).sync()
+    return out
+
+
+def stored_entries(cache):
+    files = list((cache / "cache" / "autotune").glob("*.json"))
+    return {k: v for f in files for k, v in json.loads(f.read_text())["entries"].items()}
+
+
+# -- the cpu device ----------------------------------------------------------------------------
+
+def test_cpu_uses_the_first_config_and_times_nothing(cache, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("nothing may be timed on the cpu")
+    monkeypatch.setattr(timing.TIMING, "time_runs", never)
+    tuned = make_scale()
+    host, x = inputs()
+    assert tuned.config_for(x, scratch(), 2.5) == {"rows": 1}
+    out = run_scale(tuned, x)
+    np.testing.assert_array_equal(out.numpy(), (host.astype(np.float64) * 2.5).astype(np.float32))
+    assert not (cache / "cache" / "autotune").exists()
+
+
+# -- tuning, storing, reading back ---------------------------------------------------------------
+
+def test_tuning_picks_the_fastest_stores_it_and_a_new_process_reads_it(fake, cache, capsys):
+    host, x = inputs()
+    out = run_scale(make_scale(), x)
+    np.testing.assert_array_equal(out.numpy(), (host.astype(np.float64) * 2.5).astype(np.float32))
+    assert {c["rows"] for c in fake.timed} == {1, 2, 4}
+    message = capsys.readouterr().err
+    assert "tilesafe: tuned" in message and "launch_scale" in message
+    assert "config 1 {'rows': 2}" in message and "Fake GPU 80GB" in message
+    (entry,) = stored_entries(cache).values()
+    assert entry["index"] == 1 and entry["config"] == {"rows": 2}
+    assert entry["full_key"]["key"] == [HIDDEN, "float32"]
+    assert entry["full_key"]["device"] == "Fake GPU 80GB"
+
+    fake.timed.clear()
+    again = make_scale()                        # a new Tuned object: memory is empty
+    assert again.config_for(x, scratch(), 2.5) == {"rows": 2}
+    assert fake.timed == []                     # read from the store, nothing timed
+    assert capsys.readouterr().err == ""
+
+
+def test_the_winner_is_kept_in_memory_per_key(fake):
+    tuned = make_scale()
+    _, x = inputs()
+    assert tuned.config_for(x, scratch(), 2.5) == {"rows": 2}
+    count = len(fake.timed)
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 2}
+    assert len(fake.timed) == count
+    wide = ts.tensor(np.ones((3, 7), np.float32)).sync()  # another key: tuned again
+    assert tuned.config_for(wide, scratch((3, 7)), 1.0) == {"rows": 2}
+    assert len(fake.timed) > count
+
+
+def test_a_failing_config_is_skipped(fake, capsys):
+    fake.times[3] = 0.5                          # the fastest, but rows=3 is no power of two
+    tuned = make_scale(configs=[{"rows": 1}, {"rows": 3}, {"rows": 2}])
+    host, x = inputs()
+    out = run_scale(tuned, x)
+    np.testing.assert_array_equal(out.numpy(), (host.astype(np.float64) * 2.5).astype(np.float32))
+    assert tuned.config_for(x, scratch(), 2.5) == {"rows": 2}
+    assert "1 failed" in capsys.readouterr().err
+
+
+def test_every_config_failing_is_a_tuning_error(fake):
+    fake.times.update({3: 1.0, 5: 1.0})
+    tuned = make_scale(configs=[{"rows": 3}, {"rows": 5}])
+    _, x = inputs()
+    with pytest.raises(ts.TuningError, match=r"tuning .*launch_scale for key \(12, "
+                       r"'float32'\): every config failed\n  config 0 \{'rows': 3\}: "
+                       r"PartitionError: .*tile dimension 3 is not a power of two\n +fix: partition") as err:
+        tuned.config_for(x, scratch(), 2.5)
+    assert "config 1 {'rows': 5}" in str(err.value)
+    assert "fix: correct the configs" in str(err.value)
+
+
+def test_mutated_arguments_are_cloned_for_timing(fake):
+    tuned = make_accumulate()
+    host, x = inputs()
+    start = np.arange(ROWS * HIDDEN, dtype=np.float32).reshape(ROWS, HIDDEN)
+    acc = ts.tensor(start).sync()
+    tuned(acc, x).sync()
+    assert {c["rows"] for c in fake.timed} == {1, 2, 4}       # it was tuned
+    want = (start.astype(np.float64) + host).astype(np.float32)
+    np.testing.assert_array_equal(acc.numpy(), want)           # added once, not per timing run
+
+
+def test_lazy_arguments_are_not_timed_and_nothing_is_stored(fake, cache):
+    tuned = make_scale()
+    host = np.ones((ROWS, HIDDEN), np.float32)
+    out = ts.empty((ROWS, HIDDEN)).sync()
+    tuned(ts.tensor(host), out, 2.0).sync()                    # x is a DeviceOp not run yet
+    np.testing.assert_array_equal(out.numpy(), host * 2)
+    assert fake.timed == [] and stored_entries(cache) == {}
+
+
+class LazyOutput:
+    """Like the library's outputs: holds an allocation not made yet."""
+
+    def __init__(self, shape):
+        self.value = ts.empty(shape)
+
+    def partition(self, tile):
+        value = self.value
+        return ts.borrow_mut(value).partition(tile) if isinstance(value, ts.Tensor) else \
+            value.partition(tile)
+
+
+def test_an_output_not_allocated_yet_is_replaced_for_timing(fake):
+    @ts.autotune(configs=CONFIGS, key=["x"], kernels=(scale_rows,))
+    def launch(x, out, *, config):
+        return scale_rows(out.partition((config["rows"], BLOCK)), x, 3.0)
+    host, x = inputs(1)
+    z, _ = launch(x, LazyOutput((ROWS, HIDDEN))).sync()
+    assert {c["rows"] for c in fake.timed} == {1, 2, 4}
+    np.testing.assert_array_equal(z.unpartition().numpy(),
+                                  (host.astype(np.float64) * 3).astype(np.float32))
+
+
+def test_tuning_off_uses_the_first_config(fake, cache, monkeypatch):
+    monkeypatch.setenv("TILESAFE_AUTOTUNE", "0")
+    _, x = inputs()
+    assert make_scale().config_for(x, scratch(), 2.5) == {"rows": 1}
+    assert fake.timed == [] and stored_entries(cache) == {}
+
+
+def test_a_disabled_cache_still_tunes_in_memory(fake, cache, monkeypatch):
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", "0")
+    _, x = inputs()
+    assert make_scale().config_for(x, scratch(), 2.5) == {"rows": 2}
+    assert not (cache / "cache").exists()
+
+
+# -- the full key --------------------------------------------------------------------------------
+
+def _key(tuned, arch="sm_90", device="Fake GPU", values=(12, "float32")):
+    return tuned.full_key((arch, device), list(values))
+
+
+def test_every_part_of_the_full_key_changes_it(monkeypatch):
+    tuned = make_scale()
+    base = _key(tuned)
+    assert base == _key(make_scale())                  # the same function, made again
+    variants = [_key(tuned, arch="sm_100"), _key(tuned, device="Other GPU"),
+                _key(tuned, values=(16, "float32")), _key(tuned, values=(12, "float16"))]
+
+    @ts.kernel
+    def scale_rows(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, (-1, -1)],
+                   factor: float):
+        z.store(tc.load_tile_like(x, z) * factor + 0.0)   # another source
+    hinted = ts.kernel(globals()["scale_rows"].fn, hints={"default": {"occupancy": 2}})
+    for kernel in (scale_rows, hinted):
+        other = make_scale()
+        other.kernels = (kernel,)
+        variants.append(_key(other))
+    monkeypatch.setattr(keys, "toolchain", lambda: {"tilesafe": "0.1.0", "tileiras": "13.5.0"})
+    variants.append(_key(make_scale()))
+    ids = {keys.entry_id(k) for k in variants}
+    assert keys.entry_id(base) not in ids and len(ids) == len(variants)
+
+
+def test_a_device_function_the_kernel_calls_is_part_of_its_fingerprint():
+    text = keys.kernel_fingerprint(uses_helper)
+    assert "def helper" in text and "def uses_helper" in text
+
+
+@ts.function
+def helper(t):
+    return t * 2.0
+
+
+@ts.kernel
+def uses_helper(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, (-1, -1)]):
+    z.store(helper(tc.load_tile_like(x, z)))
+
+
+def _write(path, entries):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": store.FORMAT, "entries": entries}))
+
+
+def _entry(key, index, config):
+    return {"full_key": key, "index": index, "config": config, "when": "2026-11-24T00:00:00Z"}
+
+
+def test_a_mismatched_or_tampered_disk_entry_is_ignored(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    wanted = _key(tuned, device=fake.name)
+    path = store.file_for(tuned.name)
+    stale = dict(wanted, toolchain={"tilesafe": "0.0.1", "tileiras": "13.3.0"})
+    # filed under the right id but written for another toolchain (a swapped file)
+    _write(path, {keys.entry_id(wanted): _entry(stale, 2, {"rows": 4})})
+    assert make_scale().config_for(x, scratch(), 1.0) == {"rows": 2}    # tuned, not the entry
+    assert fake.timed
+
+
+def test_a_matching_disk_entry_is_used(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    wanted = _key(tuned, device=fake.name)
+    _write(store.file_for(tuned.name), {keys.entry_id(wanted): _entry(wanted, 2, {"rows": 4})})
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 4}
+    assert fake.timed == []
+
+
+def test_a_stored_config_no_longer_in_the_configs_is_ignored(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    wanted = _key(tuned, device=fake.name)
+    _write(store.file_for(tuned.name), {keys.entry_id(wanted): _entry(wanted, 2, {"rows": 8})})
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 2}
+    assert fake.timed
+
+
+def test_a_reordered_config_is_found_by_value(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    wanted = _key(tuned, device=fake.name)
+    _write(store.file_for(tuned.name), {keys.entry_id(wanted): _entry(wanted, 0, {"rows": 4})})
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 4}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"format": "other", "entries": {}}',
+                                  '{"format": "tilesafe-autotune-v1", "entries": 3}'])
+def test_a_corrupt_store_file_is_ignored_and_replaced(fake, cache, text):
+    tuned = make_scale()
+    path = store.file_for(tuned.name)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    _, x = inputs()
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 2}
+    assert len(stored_entries(cache)) == 1
+
+
+def test_the_shipped_table_is_trusted_for_the_same_arch_on_any_device(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    shipped = _key(tuned, device="NVIDIA H100 80GB HBM3")
+    _write(store.SHIPPED_DIR / "sm_90.json",
+           {keys.entry_id(shipped): _entry(shipped, 2, {"rows": 4})})
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 4}
+    assert fake.timed == []
+    fake.arch = "sm_100"                          # another architecture: not trusted
+    assert make_scale().config_for(x, scratch(), 1.0) == {"rows": 2}
+
+
+def test_the_disk_store_comes_before_the_shipped_table(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    wanted = _key(tuned, device=fake.name)
+    _write(store.SHIPPED_DIR / "sm_90.json", {"a": _entry(wanted, 2, {"rows": 4})})
+    _write(store.file_for(tuned.name), {keys.entry_id(wanted): _entry(wanted, 0, {"rows": 1})})
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 1}
+
+
+def test_the_shipped_sm_90_table_is_a_valid_packaged_table():
+    from pathlib import Path
+    shipped = Path(ts.__file__).parent / "kernels" / "tuned" / "sm_90.json"
+    assert json.loads(shipped.read_text())["format"] == store.FORMAT
+    pyproject = Path(__file__).parent.parent / "pyproject.toml"
+    assert '"kernels/tuned/*.json"' in pyproject.read_text()
+
+
+# -- misuse ------------------------------------------------------------------------------------
+
+def test_misuse_is_an_argument_error():
+    def fn(x, *, config):
+        return None
+    with pytest.raises(ts.ArgumentError, match=r"test_autotune.py:\d+: autotune needs a "
+                       r"non-empty list of dict configs, got \[\]"):
+        ts.autotune(configs=[], key=["x"])(fn)
+    with pytest.raises(ts.ArgumentError, match=r"mutates=\['y'\] names no parameter of "):
+        ts.autotune(configs=[{}], key=["x"], mutates=("y",))(fn)
+    with pytest.raises(ts.ArgumentError, match=r"key names \['y'\], which are not parameters "
+                       r"\(they are: \['x'\]\)"):
+        ts.autotune(configs=[{}], key=["y"])(fn)
+    with pytest.raises(ts.ArgumentError, match=r"key='x' must be a function or a list of "
+                       "parameter names"):
+        ts.autotune(configs=[{}], key="x")(fn)
+    with pytest.raises(ts.ArgumentError, match=r"config \{'BLOCK': 4\} sets \['BLOCK'\], "
+                       r"which are not tc.Const parameters of the kernel \(its Consts: "
+                       r"\['CHUNK'\]\)"):
+        ts.autotune(configs=[{"BLOCK": 4}], key=["x"])(row_sums)
+
+
+def test_an_unusable_key_value_is_an_argument_error(fake):
+    @ts.autotune(configs=[{}], key=lambda x: (object(),))
+    def launch(x, *, config):
+        return None
+    _, x = inputs()
+    with pytest.raises(ts.ArgumentError, match="the key of this call is not usable: a object"):
+        launch(x)
+
+
+# -- the kernel form ------------------------------------------------------------------------------
+
+def make_row_sums():
+    return ts.autotune(configs=[{"CHUNK": 4}, {"CHUNK": 8},
+                                {"CHUNK": 8, "hints": {"default": {"occupancy": 2}}}],
+                       key=["x"])(row_sums)
+
+
+def _sums(tuned, host):
+    z = ts.zeros((ROWS, 1)).sync().partition((1, 1))
+    z, _ = tuned(z, ts.tensor(host).sync()).sync()
+    return z.unpartition().numpy()
+
+
+def test_the_kernel_form_uses_the_first_config_on_the_cpu(cache):
+    tuned = make_row_sums()
+    host, _ = inputs(2)
+    np.testing.assert_allclose(_sums(tuned, host), host.astype(np.float64).sum(1, keepdims=True),
+                               rtol=1e-6, atol=1e-6)
+    assert tuned.config_for(ts.zeros((ROWS, 1)).sync().partition((1, 1)),
+                            ts.tensor(host).sync()) == {"CHUNK": 4}
+
+
+def test_the_kernel_form_launches_the_winner_with_its_hints(cache, monkeypatch):
+    strategy = FakeTiming({4: 2.0, 8: 1.0})
+    strategy.times_of = {}
+    picked = []
+
+    def time_runs(config, make_op, stream, runs):
+        picked.append(config)
+        for _ in range(runs):
+            make_op().sync_on(stream)
+        return 0.5 if config.get("hints") else strategy.times[config["CHUNK"]]
+    monkeypatch.setattr(strategy, "time_runs", time_runs)
+    monkeypatch.setattr(timing, "TIMING", strategy)
+    tuned = make_row_sums()
+    host, x = inputs(3)
+    z = ts.zeros((ROWS, 1)).sync()
+    before = z.numpy().copy()
+    chosen = tuned.config_for(z.partition((1, 1)), x)
+    assert chosen == {"CHUNK": 8, "hints": {"default": {"occupancy": 2}}}
+    np.testing.assert_array_equal(before, np.zeros((ROWS, 1), np.float32))
+    np.testing.assert_allclose(_sums(tuned, host), host.astype(np.float64).sum(1, keepdims=True),
+                               rtol=1e-6, atol=1e-6)
+    variant = tuned.variant(chosen["hints"])
+    assert variant.hints["default"] == {"occupancy": 2} and variant.launch_count >= 1
+    assert tuned.variant(dict(chosen["hints"])) is variant     # made once
+
+
+def test_the_kernel_form_refuses_a_const_the_configs_choose(cache):
+    tuned = make_row_sums()
+    host, x = inputs()
+    with pytest.raises(ts.ArgumentError, match=r"kernel 'row_sums' is tuned: \['CHUNK'\] come "
+                       "from its autotune configs and cannot be passed"):
+        tuned(ts.zeros((ROWS, 1)).sync().partition((1, 1)), x, CHUNK=4)
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+def test_events_measure_elapsed_time_on_the_cpu():
+    stream = ts.Stream("cpu")
+    start = ts.Event(timing=True).record(stream)
+    end = ts.Event(timing=True).record(stream)
+    assert 0.0 <= start.elapsed_ms(end) < 1000.0
+    with pytest.raises(ts.DeviceOpError, match="the start event was made without timing=True"):
+        ts.Event().record(stream).elapsed_ms(end)
+    with pytest.raises(ts.DeviceOpError, match="the end event was never recorded"):
+        start.elapsed_ms(ts.Event(timing=True))
+
+
+# -- tilesafe tune ---------------------------------------------------------------------------------
+
+def test_the_command_runs_a_tune_function_lists_exports_and_clears(fake, cache, tmp_path,
+                                                                   capsys):
+    script = tmp_path / "tune_me.py"
+    script.write_text(
+        "import numpy as np\nimport tilesafe as ts\nimport test_autotune as t\n"
+        "def tune(device=None):\n"
+        "    x = ts.tensor(np.ones((5, 12), np.float32)).sync()\n"
+        "    t.make_scale().config_for(x, t.scratch(), 1.0)\n")
+    assert cli_main(["tune", str(script), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "launch_scale" in out and "key=[12, 'float32']" in out
+    assert "winner=1 {'rows': 2}" in out and "device=Fake GPU 80GB (sm_90)" in out
+
+    table = tmp_path / "sm_90.json"
+    assert cli_main(["tune", "--export", str(table), "--arch", "sm_90"]) == 0
+    assert "exported 1 result(s) for sm_90" in capsys.readouterr().out
+    (entry,) = json.loads(table.read_text())["entries"].values()
+    assert entry["config"] == {"rows": 2}
+    assert cli_main(["tune", "--export", str(table), "--arch", "sm_100"]) == 0
+    assert len(json.loads(table.read_text())["entries"]) == 1   # kept, nothing added
+
+    assert cli_main(["tune", "--clear"]) == 0
+    assert "cleared 1 stored result(s)" in capsys.readouterr().out
+    assert cli_main(["tune", "--list"]) == 0
+    assert "no stored results" in capsys.readouterr().out
+
+    # the exported table is what a user's first call then finds (nothing timed)
+    monkeypatched_dir = store.SHIPPED_DIR
+    table.replace(monkeypatched_dir / "sm_90.json")
+    fake.timed.clear()
+    x = ts.tensor(np.ones((5, 12), np.float32)).sync()
+    assert make_scale().config_for(x, scratch(), 1.0) == {"rows": 2}
+    assert fake.timed == []
+
+
+def test_the_command_reports_bad_input(cache, tmp_path, capsys):
+    assert cli_main(["tune"]) == 2
+    assert "nothing to do" in capsys.readouterr().err
+    assert cli_main(["tune", str(tmp_path / "missing.py")]) == 2
+    assert "cannot import" in capsys.readouterr().err
+    assert cli_main(["tune", "--export", str(tmp_path / "t.json")]) == 2
+    assert "--export needs --arch" in capsys.readouterr().err
+    plain = tmp_path / "plain.py"
+    plain.write_text("X = 1\n")
+    assert cli_main(["tune", str(plain)]) == 0
+    assert "has no tune() function" in capsys.readouterr().out
+
+
+def test_a_call_while_timing_is_not_ready_uses_the_first_config(fake, cache, monkeypatch):
+    monkeypatch.setattr(fake, "ready", lambda device: False)   # e.g. a graph being captured
+    _, x = inputs()
+    tuned = make_scale()
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 1}
+    assert fake.timed == [] and stored_entries(cache) == {}
+    monkeypatch.setattr(fake, "ready", lambda device: True)    # not remembered: tuned later
+    assert tuned.config_for(x, scratch(), 1.0) == {"rows": 2}
+
+
+def test_the_cuda_strategy_times_a_chain_of_runs_between_two_events():
+    strategy = timing.CudaEventTiming()
+    assert not strategy.can_time(ts.Device("cpu"))
+    _, x = inputs()
+    acc = ts.zeros((ROWS, HIDDEN)).sync()
+    before = accumulate.launch_count
+
+    def make_op():
+        return accumulate(ts.borrow_mut(acc).partition((2, BLOCK)), x)
+    stream = ts.Stream("cpu")             # its events time the host: the same chain, no GPU
+    ms = strategy.time_runs({"rows": 2}, make_op, stream, 3)
+    assert ms >= 0.0 and accumulate.launch_count == before + 3
+    np.testing.assert_array_equal(acc.numpy(), 3 * x.numpy())
