@@ -14,6 +14,7 @@ from __future__ import annotations
 from .activations import gelu, silu_mul, softmax
 from .attention import flash_attention
 from .decode_attention import decode_attention
+from ._torch import release_completed, reserve_fault_records
 from .embedding import embedding
 from .kv_cache import kv_cache_update
 from .matmul import matmul, scaled_matmul
@@ -27,3 +28,4 @@ __all__ += ["softmax", "silu_mul", "gelu"]  # activations
 __all__ += ["matmul", "scaled_matmul"]  # matrix products
 __all__ += ["flash_attention", "decode_attention"]  # attention
 __all__ += ["rope", "rope_cache", "embedding", "kv_cache_update", "argmax", "sample"]  # tokens
+__all__ += ["release_completed", "reserve_fault_records"]  # the torch surface

@@ -98,25 +98,26 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         raise ArgumentError(f"{fn.__name__}: torch tensors and tilesafe tensors in one call",
                             where, hint="pass all tensors of one kind (ts.from_dlpack imports "
                             "a torch tensor, torch.from_dlpack a tilesafe one)")
-    back: dict[int, Any] = {}  # id(tilesafe tensor) -> the torch tensor over its memory
+    back: dict[int, tuple] = {}  # id(tilesafe tensor) -> (it, the torch tensor over it)
 
     def imported(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
         mine = from_dlpack(value.detach())
-        back[id(mine)] = value
+        back[id(mine)] = (mine, value)
         return mine
 
     def allocate(shape: tuple, dtype: DType, _device: Any) -> Tensor:
         out = torch.empty(shape, dtype=torch_dtype(dtype), device=device)
         mine = from_dlpack(out)
-        back[id(mine)] = out
+        back[id(mine)] = (mine, out)
         return mine
 
     stream = _stream_of(device)
     capturing = stream is not None and torch.cuda.is_current_stream_capturing()
     if stream is not None and not capturing:  # (an event query would end torch's capture)
         stream.release_completed()
+        reserve_fault_records(FAULT_RECORDS_AHEAD, device=f"cuda:{device.index}")
     runs_on = stream if stream is not None else next_stream("cpu")
     token = ALLOCATOR.set(allocate)
     # built as a step of work on the stream it runs on: earlier work on that stream (the
@@ -157,17 +158,37 @@ def _stream_of(device: Any) -> Any:
     return found
 
 
-def _to_torch(value: Any, back: dict[int, Any]) -> Any:
+def _to_torch(value: Any, back: dict[int, tuple]) -> Any:
     if isinstance(value, tuple):
         return type(value)(*(_to_torch(v, back) for v in value)) if hasattr(value, "_fields") \
             else tuple(_to_torch(v, back) for v in value)
     if isinstance(value, Tensor):
         found = back.get(id(value))
         if found is not None:
-            return found
+            return found[1]
+        for mine, theirs in back.values():  # a view (a reshape) of a tensor of this call
+            if mine._alloc is value._alloc and mine.dtype == value.dtype:
+                return theirs.as_strided(value.shape, value.strides, theirs.storage_offset()
+                                         + value._offset - mine._offset)
         import torch
         return torch.from_dlpack(value)
     return value
+
+
+#: fault records kept free ahead of a torch graph capture (each call made while torch captures
+#: binds new launches; a launch with run-time checks takes a record, none can be allocated
+#: during a capture, and a captured launch keeps its record for good)
+FAULT_RECORDS_AHEAD = 1024
+
+
+def reserve_fault_records(count: int, device: Any = "cuda:0") -> None:
+    """Keep at least ``count`` fault records free on a cuda ``device`` (page-locked memory,
+    allocated now in slabs): call it before capturing more launches with run-time checks into
+    a torch CUDA graph than a call with torch tensors keeps ready (:data:`FAULT_RECORDS_AHEAD`).
+    """
+    from ..backends.tileir.faults import reserve
+    from ..driver.device import as_device
+    reserve(as_device(device).index, int(count))
 
 
 def release_completed() -> None:

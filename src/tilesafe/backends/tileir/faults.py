@@ -28,7 +28,8 @@ from ...compiler.bounds import (access_rank, fault_sites, out_of_range_message,
                                 positions_message)
 from ...compiler.ir import KernelIR
 from ...driver import cuda
-from ...errors import IndexOutOfRangeError, PositionsError, TilesafeError
+from ..._callsite import caller_location
+from ...errors import CudaError, IndexOutOfRangeError, PositionsError, TilesafeError
 from .lower.checks import FAULT_WORDS, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE
 
 __all__ = ["FaultRecord", "FaultRecords", "fault_records_for"]
@@ -119,13 +120,35 @@ class _Slice:
         self.words = slab.words[at:at + FAULT_WORDS]
 
 
+def _add_slab(index: int, free: list) -> None:
+    try:
+        slab = cuda.MappedWords(index, FAULT_WORDS * SLAB)
+    except CudaError as err:
+        if "CAPTURE" not in str(err):
+            raise
+        raise CudaError(f"{caller_location()}: a launch with run-time checks needs a fault record, "
+                        "and none is left to take while a CUDA graph is being captured (page-"
+                        "locked memory cannot be allocated then)\n  fix: reserve records before "
+                        "the capture: tilesafe.kernels.reserve_fault_records(n) with n at least "
+                        "the number of checked launches the capture records") from None
+    free.extend(_Slice(slab, i * FAULT_WORDS) for i in range(SLAB - 1, -1, -1))
+
+
 def _take(index: int) -> Any:
     with _FREE_LOCK:
         free = _FREE.setdefault(index, [])
         if not free:
-            slab = cuda.MappedWords(index, FAULT_WORDS * SLAB)
-            free.extend(_Slice(slab, i * FAULT_WORDS) for i in range(SLAB - 1, -1, -1))
+            _add_slab(index, free)
         return free.pop()
+
+
+def reserve(index: int, count: int) -> None:
+    """Make sure at least ``count`` fault records of device ``index`` are free (allocated now,
+    in slabs): for work about to be captured into a graph, where none can be allocated."""
+    with _FREE_LOCK:
+        free = _FREE.setdefault(index, [])
+        while len(free) < count:
+            _add_slab(index, free)
 
 
 def _give_back(index: int, memory: Any) -> None:
