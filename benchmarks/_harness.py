@@ -237,6 +237,10 @@ def torch_graph(stream: Any, body: Callable[[], None]) -> Callable[[Callable[[],
         with torch.cuda.stream(stream):
             graph.replay()
         mark_end()
+    # The graph holds raw addresses of what ``body`` uses; keep it (and the tensors it closes
+    # over) alive with the graph, or a tensor only it referenced is freed, and the next capture
+    # (which empties torch's cache) unmaps the memory the graph still writes.
+    run.body = body  # type: ignore[attr-defined]
     return run
 
 

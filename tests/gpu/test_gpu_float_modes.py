@@ -50,21 +50,27 @@ def _run(device, mode):
 
 @pytest.mark.parametrize("mode, ulps", [(0, 2), (1, 2), (2, 2), (3, 0), (4, None)])
 def test_gpu_modes_agree_with_the_interpreter(mode, ulps):
-    """``ulps``: the agreement allowed; the fast exp (``2**(x*log2 e)``) inherits the rounding
-    of ``x * log2(e)`` (a relative error up to ``|x| * 2**-24``: up to ``|x|`` ulp at the bottom
-    of a binade) besides its own 2."""
+    """``ulps``: the agreement allowed; the fast exp (``2**(x*log2 e)``) inherits the error of
+    the product ``x * log2(e)`` (up to one unit in its last place: a relative error up to
+    ``|x| * 2**-23`` of the result, ``2 |x|`` ulp at the bottom of a binade) besides its own 2."""
     want, got = _run("cpu", mode), _run(GPU, mode)
     same_nan = np.isnan(want) == np.isnan(got)
     assert same_nan.all(), np.nonzero(~same_nan)
     ok = ~np.isnan(want)
     w, g = want[ok].astype(np.float64), got[ok].astype(np.float64)
     x = _inputs()[0][ok].astype(np.float64)
-    allowed = np.full(w.shape, float(ulps)) if ulps is not None else 2 + np.abs(x)
+    allowed = np.full(w.shape, float(ulps)) if ulps is not None else 2 + 2 * np.abs(x)
     assert np.array_equal(w == 0, g == 0)  # flushed (or exact zero) on both
     assert np.array_equal(np.isinf(w), np.isinf(g))
     tiny = float(np.finfo(np.float32).tiny)
     normal = np.isfinite(w) & (np.abs(w) >= tiny)
     spacing = np.spacing(np.abs(w[normal]).astype(np.float32)).astype(np.float64)
-    assert (np.abs(g[normal] - w[normal]) <= allowed[normal] * spacing).all()
+    bound = allowed[normal] * spacing
+    diff = np.abs(g[normal] - w[normal])
+    excess = np.divide(diff, bound, out=np.where(diff > 0, np.inf, 0.0), where=bound > 0)
+    worst = int(np.argmax(excess)) if excess.size else 0
+    assert not excess.size or excess[worst] <= 1, (
+        f"worst: x={x[normal][worst]!r} interpreter {w[normal][worst]!r} gpu {g[normal][worst]!r}"
+        f" ({excess[worst]:.2f} of the allowed {allowed[normal][worst]:.1f} ulp)")
     subnormal = np.isfinite(w) & (w != 0) & ~normal  # (the fast forms keep no precision there)
     assert (np.abs(g[subnormal] - w[subnormal]) <= tiny).all()
