@@ -112,6 +112,7 @@ def _capture(stream: Any, body: Callable[[], None]) -> Callable:
         with torch.cuda.stream(stream):
             graph.replay()
         mark_end()
+    run.body = body  # type: ignore[attr-defined]  # (what the graph uses stays alive)
     return run
 
 
