@@ -71,15 +71,22 @@ class _StreamState:
         except BaseException:
             self._pending[:0], self._spent[:0] = pending, spent  # still pending
             raise
-        release_all(pending)
-        first_error = None
-        for item, where in spent:  # every one is handed back, whatever the others raise
-            try:
-                item._spend("was borrowed by a launch that completed", where)
-            except Exception as err:  # (a fault record reporting a failed bounds check)
-                first_error = first_error or err
-        if first_error is not None:
-            raise first_error
+        _hand_back(pending, spent)
+
+
+def _hand_back(pending: list, spent: list) -> None:
+    """End the loans ``pending`` of completed work and hand back what it borrowed besides
+    (``spent``: ``(item, where)``), every item whatever the others raise; then raise the first
+    failure an item reported (a fault record's failed run-time check)."""
+    release_all(pending)
+    first_error = None
+    for item, where in spent:
+        try:
+            item._spend("was borrowed by a launch that completed", where)
+        except Exception as err:  # (a fault record reporting a failed bounds check)
+            first_error = first_error or err
+    if first_error is not None:
+        raise first_error
 
 
 StreamCore = _FAST.StreamCore if _FAST is not None else _StreamState
@@ -158,12 +165,10 @@ class Stream(StreamCore):
                 if not self._marks or not self._marks[0][0].query():
                     break
                 _, pending, spent = self._marks.popleft()
-            release_all(pending)
-            for item, where in spent:
-                try:
-                    item._spend("was borrowed by a launch that completed", where)
-                except Exception as err:  # (a fault record reporting a failed bounds check)
-                    first_error = first_error or err
+            try:
+                _hand_back(pending, spent)
+            except Exception as err:  # (every completed mark is handed back first)
+                first_error = first_error or err
         if first_error is not None:
             raise first_error
 
