@@ -238,7 +238,8 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
                         "pass one position per token")
     for name, x in (("q", q), ("k", k)):
         args.nonempty(op, name, x)
-        if x.strides[2] != 1 or x.strides[1] != d:
+        # (a dimension of extent 1 has no stride to speak of: a single head may have any)
+        if x.strides[2] != 1 or (x.shape[1] > 1 and x.strides[1] != d):
             raise args.fail(op, f"{name}'s heads are not contiguous (strides "
                             f"{tuple(x.strides)})", f"pass a copy: {name}.clone()")
     neox = layout == "neox"

@@ -107,8 +107,9 @@ class Qwen3Config:
         out = asdict(self)
         out.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
                    attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
-                   rope_scaling=None, bos_token_id=151643, eos_token_id=151645,
-                   torch_dtype="bfloat16")
+                   rope_scaling=None, torch_dtype="bfloat16")
+        if self.vocab_size > 151645:  # Qwen3's own tokens (<|endoftext|>, <|im_end|>)
+            out.update(bos_token_id=151643, eos_token_id=151645)
         return out
 
 
