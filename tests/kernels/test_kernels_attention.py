@@ -156,6 +156,32 @@ def test_decode_attention_writes_out_and_reads_lengths_on_the_device(rng):
         _assert_close(out.numpy(), want, "float16")
 
 
+def test_decode_attention_with_a_workspace_records_into_a_graph(rng):
+    """With ``out=`` and a workspace the two launches record into a graph; each replay reads
+    the lengths of the moment (changed in place between replays)."""
+    from tilesafe.kernels import decode_attention_workspace
+    q = _random(rng, (2, 8, 64), "float16")
+    k = _random(rng, (2, 2, 90, 64), "float16")
+    v = _random(rng, (2, 2, 90, 64), "float16")
+    qt, kt, vt = (_tensor(x) for x in (q, k, v))
+    out = poisoned((2, 8, 64), ts.float16)
+    workspace = decode_attention_workspace(qt, kt, num_splits=3).sync()
+    seq_lens = _tensor(np.array([90, 33], dtype=np.int32))
+    with ts.CudaGraph.scope() as graph:
+        graph.record(decode_attention(qt, kt, vt, seq_lens, num_splits=3, out=out,
+                                      workspace=workspace))
+    assert np.isnan(out.numpy().astype(np.float32)).all()  # recorded, nothing ran
+    for lengths in ([90, 33], [5, 61]):
+        seq_lens.copy_(_tensor(np.array(lengths, dtype=np.int32))).sync()
+        graph.replay()
+        want = reference(q[:, :, None], k, v, lengths=lengths)[:, :, 0]
+        _assert_close(out.numpy(), want, "float16")
+    small = ts.zeros((10,)).sync()
+    with pytest.raises(ts.ArgumentError, match=r"workspace holds 10 float32 values; this "
+                       r"call needs \d+"):
+        decode_attention(qt, kt, vt, seq_lens, num_splits=3, workspace=small)
+
+
 def test_decode_attention_length_past_the_cache_is_an_index_error(rng):
     q, k = _random(rng, (1, 4, 64), "float16"), _random(rng, (1, 1, 90, 64), "float16")
     seq_lens = _tensor(np.array([91], dtype=np.int32))

@@ -119,6 +119,27 @@ def test_a_call_with_out_records_into_a_graph(m):
     _assert_close(out.numpy(), a, b.T, "float16")
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_a_split_k_call_with_a_workspace_records_into_a_graph(m):
+    """N = 40 over K = 1024 splits K (4 slices): with ``out=`` and a workspace from
+    ``matmul_workspace`` the call allocates nothing, records into a graph and each replay
+    recomputes the product; a workspace too small is refused naming the size needed."""
+    from tilesafe.kernels import matmul_workspace
+    a, b = _operands(m, 40, 1024, "bfloat16", seed=30 + m)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = ts.zeros((m, 40), dtype=ts.bfloat16).sync()
+    workspace = matmul_workspace(at, bt).sync()
+    assert workspace.size >= 4 * 40 * (1 if m == 1 else 16)
+    with ts.CudaGraph.scope(ts.Stream(out.device)) as graph:
+        graph.record(matmul(at, bt, out=out, workspace=workspace))
+    assert np.all(out.numpy().astype(np.float32) == 0)  # recorded, not run
+    graph.replay()
+    _assert_close(out.numpy(), a, b.T, "bfloat16")
+    with pytest.raises(ts.ArgumentError, match=r"workspace holds 3 float32 values; this call "
+                       r"needs \d+"):
+        matmul(at, bt, out=out, workspace=ts.zeros(3).sync())
+
+
 def test_leading_dims_are_rows():
     a, b = _operands(6, 37, 99, "float16", seed=8)
     a3 = ts.tensor(a.reshape(2, 3, 99)).sync()

@@ -26,6 +26,11 @@ class Output:
     """One output of a library call: the caller's ``out=`` tensor, checked against the
     ``shape``/``dtype``/``device`` the call produces, or a new tensor of them."""
 
+    #: scratch memory the caller lends to the call (a float32 tensor), for the launches that
+    #: need some besides this output (a split-K matmul's partial sums), so the call allocates
+    #: nothing and can be recorded into a graph; None: allocated per call
+    workspace: Optional[Tensor] = None
+
     def __init__(self, out: Any, shape: Sequence[int], dtype: DType, device: Any, *,
                  name: str = "out", op: str = "kernel"):
         self.shape, self.dtype, self.device = tuple(int(s) for s in shape), dtype, device

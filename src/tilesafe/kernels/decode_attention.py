@@ -23,7 +23,8 @@ import tilesafe.core as tc
 from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
 from ..dtypes import float32, int32
-from ..host.tensor import Tensor
+from ..host.factory import empty
+from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _attention_args as args
 from ._outputs import Output
@@ -156,7 +157,8 @@ def group_rows(group: int) -> int:
 
 
 def _decode_key(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any, shape: tuple,
-                qk_scale: float, kv_heads: int, num_splits: Optional[int]) -> tuple:
+                qk_scale: float, kv_heads: int, num_splits: Optional[int],
+                workspace: Optional[Tensor] = None) -> tuple:
     return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k3.shape[1], 8192) > 2048)
 
 
@@ -186,18 +188,33 @@ def _partial_for(hints: Optional[dict]) -> Any:
           kernels=(decode_attention_partial_kernel, decode_attention_merge_kernel),
           name="tilesafe.decode_attention")
 def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any,
-                   shape: tuple, qk_scale: float, kv_heads: int, num_splits: Optional[int], *,
-                   config: dict) -> DeviceOp:
+                   shape: tuple, qk_scale: float, kv_heads: int, num_splits: Optional[int],
+                   workspace: Optional[Tensor] = None, *, config: dict) -> DeviceOp:
     programs, group, d = q3.shape
     max_len = k3.shape[1]
     block = config["BN"]
     splits = num_splits or choose_splits(programs, max_len, block, sm_count(q3.device))
     g = group_rows(group)
+    target = args.output_partition(OP, out, shape, q3.shape, (1, g, d), q3.dtype, q3.device)
+    if workspace is not None:  # the partials in the caller's memory: recordable into graphs
+        need = programs * splits * g * (d + 1)
+        if workspace.size < need:
+            raise args.fail(OP, f"workspace holds {workspace.size} float32 values; this call "
+                            f"needs {need}", "allocate it with decode_attention_workspace("
+                            "q, k_cache, num_splits=...) and the same num_splits")
+        flat = workspace.reshape(workspace.size)
+        parts_t = flat[:programs * splits * g * d].reshape(programs, splits * g, d)
+        lses_t = flat[programs * splits * g * d:need].reshape(programs, splits * g, 1)
+        partial = _partial_for(config.get("hints"))(
+            borrow_mut(parts_t).partition((1, g, d)), borrow_mut(lses_t).partition((1, g, 1)),
+            q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
+        return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t)
+                            ).then(lambda r: out if out is not None else
+                                   r.o.unpartition().reshape(shape))
     parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
                    op=OP).partition((1, g, d))
     lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
                   op=OP).partition((1, g, 1))
-    target = args.output_partition(OP, out, shape, q3.shape, (1, g, d), q3.dtype, q3.device)
     partial = _partial_for(config.get("hints"))(parts, lses, q3, k3, v3, seq_lens, qk_scale,
                                                 kv_heads, BN=block)
 
@@ -209,9 +226,23 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
         lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
+def decode_attention_workspace(q: Tensor, k_cache: Tensor, *,
+                               num_splits: Optional[int] = None) -> Any:
+    """A float32 scratch tensor (a lazy constructor: ``.sync()`` it) large enough for
+    ``decode_attention(q, k_cache, ..., num_splits=num_splits, workspace=...)`` whatever
+    config the tuner picks; with it (and ``out=``) a call records into a CUDA graph."""
+    batch, q_heads, d = q.shape
+    _, kv_heads, max_len, _ = k_cache.shape
+    programs, g = batch * kv_heads, group_rows(q_heads // kv_heads)
+    splits = max((num_splits or choose_splits(programs, max_len, c["BN"], sm_count(q.device))
+                  for c in _launch_decode.configs))
+    return empty((programs * splits * g * (d + 1),), float32, device=q.device)
+
+
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tensor, *,
                      scale: Optional[float] = None, num_splits: Optional[int] = None,
-                     out: Optional[Tensor] = None) -> DeviceOp:
+                     out: Optional[Tensor] = None,
+                     workspace: Optional[Tensor] = None) -> DeviceOp:
     """Attention of one query token per sequence against its key/value cache (decode).
 
     Args:
@@ -229,6 +260,9 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
             from ``batch * kv_heads`` against the device's SM count and ``max_len``. Keep it
             fixed across graph replays (it sets the scratch shape and the grid).
         out: a ``(batch, q_heads, d)`` tensor of ``q``'s dtype to write, else a new one.
+        workspace: a float32 tensor for the splits' partial results (from
+            :func:`decode_attention_workspace`), else one is allocated per call; with it and
+            ``out`` the call records into a ``ts.CudaGraph``.
 
     Returns:
         A DeviceOp whose result is the output tensor (``out`` when given).
@@ -278,5 +312,9 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
     q3 = args.flat_view(OP, "q", q, (batch * kv_heads, group, d))
     k3 = args.flat_view(OP, "k_cache", k_cache, (batch * kv_heads, max_len, d))
     v3 = args.flat_view(OP, "v_cache", v_cache, (batch * kv_heads, max_len, d))
+    if workspace is not None and (not isinstance(workspace, Tensor)
+                                  or workspace.dtype != float32):
+        raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
+                        "allocate it with decode_attention_workspace(q, k_cache)")
     return _launch_decode(q3, k3, v3, seq_lens, out, tuple(q.shape), qk_scale, kv_heads,
-                          num_splits)
+                          num_splits, workspace)

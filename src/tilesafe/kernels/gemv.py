@@ -32,6 +32,8 @@ import tilesafe.core as tc
 from ..kernel import function as _device_function, kernel as _make_kernel
 from ..autotune import autotune
 from ..dtypes import DType, float32
+from .._callsite import caller_location
+from ..errors import ArgumentError
 from ._outputs import Output
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
@@ -149,6 +151,21 @@ def _slices_kn(b_kn: Any, count: int) -> Any:
     return b_kn.reshape(count, k // count, n)
 
 
+def workspace_size(m: int, n: int, k: int, itemsize: int) -> int:
+    """The float32 values the skinny path's split-K may need for an (m, k) x (k, n) product,
+    whatever config the tuner picks (0 when m > 16: the other paths need none)."""
+    if m > MMA_ROWS:
+        return 0
+    most = 0
+    for configs, rows in ((GEMV_CONFIGS, 1), (SKINNY_CONFIGS, MMA_ROWS)):
+        for config in configs:
+            bk = int(config["BK"]) * max(1, 2 // itemsize)
+            count = slices(n, k, int(config["BN"]), bk, int(config["waves"]))
+            if count > 1:
+                most = max(most, count * rows * n)
+    return most
+
+
 def m_bucket(m: int) -> int:
     """The power of two at or above ``m``: rows that share a tuned config."""
     return 1 << max(0, int(m) - 1).bit_length()
@@ -205,8 +222,21 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     rows = 1 if elementwise else MMA_ROWS
     # the workspace is an output of the call: allocated by torch for a call with torch tensors
     # (so that a torch graph capture holds it), else lazily by tilesafe
-    workspace = out if count == 1 else Output(None, (count * rows, n), float32, a.device,
-                                              name="workspace", op="matmul")
+    lent = getattr(out, "workspace", None)
+    if count == 1:
+        workspace = out
+    elif lent is not None:  # the caller's scratch (matmul(..., workspace=)): no allocation
+        need = count * rows * n
+        if lent.size < need:
+            raise ArgumentError(f"matmul: workspace holds {lent.size} float32 values; this "
+                                f"call needs {need}", caller_location(),
+                                hint="allocate it with matmul_workspace(a, b) for these "
+                                "operands")
+        workspace = Output(lent.reshape(lent.size)[:need].reshape(count * rows, n),
+                           (count * rows, n), float32, a.device, name="workspace", op="matmul")
+    else:
+        workspace = Output(None, (count * rows, n), float32, a.device, name="workspace",
+                           op="matmul")
     target = workspace.partition((rows, bn))
     a_slices = _k_slices(a, count)
     if elementwise:

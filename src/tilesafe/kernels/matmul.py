@@ -36,6 +36,7 @@ from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
 from ..dtypes import (DType, bfloat16, float8_e4m3fn, float8_e5m2, float16, float32)
 from ..errors import ArgumentError
+from ..host.factory import empty
 from ..host.lazy import not_run_yet
 from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
@@ -318,15 +319,20 @@ def _scale_tensor(value: Any, name: str, device: Any, op: str, where: Any) -> Te
 
 
 def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
-         scales: tuple = (None, None)) -> DeviceOp:
+         scales: tuple = (None, None), workspace: Any = None) -> DeviceOp:
     (m, _), n = a2.shape, b_kn.shape[1]
     shape = lead + (n,)
+    if workspace is not None and (not isinstance(workspace, Tensor)
+                                  or workspace.dtype != float32):
+        raise ArgumentError(f"{op}: workspace must be a float32 tilesafe tensor",
+                            caller_location(), hint="allocate it with matmul_workspace(a, b)")
     result = Output(out, shape, dtype, a2.device, op=op)
     target = result
     if len(lead) != 1 and isinstance(result.value, Tensor):
         target = Output(result.value.reshape(m, n), (m, n), dtype, a2.device, op=op)
     elif len(lead) != 1:
         target = Output(None, (m, n), dtype, a2.device, op=op)
+    target.workspace = workspace
     launched = launch(a2, b_kn, target, *scales)
     if target is result:
         return launched.then(lambda r: result.tensor(_plain(r.z)))
@@ -342,7 +348,7 @@ def _plain(handed_back: Any) -> Any:
 
 @accepts_torch
 def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] = None,
-           out: Any = None) -> DeviceOp:
+           out: Any = None, workspace: Any = None) -> DeviceOp:
     """``a @ b.T``: a linear layer's product, f32 accumulation.
 
     Args:
@@ -352,6 +358,9 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
         b_layout: "nk" or "kn", see ``b``.
         out_dtype: the output's dtype (float16, bfloat16 or float32); default a's dtype.
         out: a tensor of shape (..., N) and ``out_dtype`` to write in place; default a new one.
+        workspace: float32 scratch for the skinny path's split-K partial sums (from
+            :func:`matmul_workspace`); else allocated per call. With ``out`` and a workspace
+            a call allocates nothing and records into a ``ts.CudaGraph``.
 
     Returns:
         A DeviceOp whose result is the (..., N) output (``out`` itself when given). Torch
@@ -365,12 +374,23 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
     where = caller_location()
     a2, b_kn, lead = _operands(a, b, b_layout, MATMUL_DTYPES, "matmul", where)
     dtype = _out_dtype(out_dtype, a2.dtype, "matmul", where)
-    return _run(a2, b_kn, lead, out, dtype, "matmul")
+    return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace)
+
+
+def matmul_workspace(a: Any, b: Any, *, b_layout: str = "nk") -> Any:
+    """A float32 scratch tensor (a lazy constructor: ``.sync()`` it) large enough for
+    ``matmul(a, b, workspace=...)`` (and ``scaled_matmul``) whatever config the tuner picks;
+    at least one element."""
+    where = caller_location()
+    a2, b_kn, _ = _operands(a, b, b_layout, MATMUL_DTYPES + SCALED_DTYPES, "matmul", where)
+    size = _skinny.workspace_size(a2.shape[0], b_kn.shape[1], a2.shape[1], a2.dtype.itemsize)
+    return empty((max(1, size),), float32, device=a2.device)
 
 
 @accepts_torch
 def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str = "nk",
-                  out_dtype: DType = bfloat16, out: Any = None) -> DeviceOp:
+                  out_dtype: DType = bfloat16, out: Any = None,
+                  workspace: Any = None) -> DeviceOp:
     """``(a @ b.T) * scale_a * scale_b`` for 8-bit float operands, like ``torch._scaled_mm``:
     exact products, f32 accumulation, the scales applied once in the epilogue.
 
@@ -382,6 +402,7 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str =
         b_layout: "nk" or "kn", see ``b``.
         out_dtype: bfloat16 (default), float16 or float32.
         out: a tensor of shape (..., N) and ``out_dtype`` to write in place.
+        workspace: as for :func:`matmul`.
 
     Returns:
         A DeviceOp whose result is the (..., N) output (``out`` itself when given).
@@ -395,4 +416,4 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str =
     scales = tuple(_scale_tensor(s, name, a2.device, "scaled_matmul", where)
                    for s, name in ((scale_a, "scale_a"), (scale_b, "scale_b")))
     dtype = _out_dtype(out_dtype, bfloat16, "scaled_matmul", where)
-    return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales)
+    return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales, workspace)
