@@ -1,6 +1,7 @@
-"""The Qwen3 engine on the interpreter against transformers, same random weights: prefill
-logits and greedy decode steps agree with transformers' bfloat16 run as closely as that run
-agrees with its own float32 run (the reference), and the greedy tokens are the same."""
+"""The Qwen3 engine against transformers, same random weights: prefill logits and greedy decode
+steps (replays of the recorded decode graph) agree with transformers' bfloat16 run as closely
+as that run agrees with its own float32 run (the reference), and the greedy tokens are the
+same."""
 
 from __future__ import annotations
 
@@ -57,3 +58,5 @@ def test_prefill_and_decode_match_transformers(checkpoint):
         their_error = np.abs(theirs - want).max() / scale
         assert our_error <= 2 * their_error + 2 ** -8, (our_error, their_error)
         assert int(np.argmax(ours[-1])) == int(np.argmax(want[-1]))
+    graph = engine._step.graph  # one recorded step, replayed for every token
+    assert len(graph.nodes) > 10 * TINY.num_hidden_layers

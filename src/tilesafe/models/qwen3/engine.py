@@ -6,8 +6,10 @@ Every layer runs through ``tilesafe.kernels`` (safe kernels only): ``embedding``
 the writes at the sequence's slots are proven distinct), ``flash_attention`` (prefill),
 ``decode_attention``, ``add_rms_norm``, ``silu_mul``, ``argmax``.
 
-This first version drives each launch to completion in turn (``.sync()``) and runs batch 1;
-recording the decode step into a CUDA graph is the next step.
+The prefill drives each launch in turn (``.sync()``); the decode step is recorded once into a
+``ts.CudaGraph`` (every output, workspace and input preallocated: the token, position and
+length are device tensors, the position and length advanced by the step's last kernel) and
+replayed per token. Batch 1.
 
 Imports the host API, the kernel library and the model's config and checkpoint modules."""
 
@@ -18,10 +20,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import tilesafe.core as tc
+
 from ... import kernels as K
+from ...deviceops.graph import CudaGraph
 from ...dtypes import DType, as_dtype, bfloat16, int32
 from ...errors import ArgumentError
-from ...host.factory import arange, empty, tensor
+from ...host.factory import arange, empty, tensor, zeros
+from ...kernel import kernel
+from ...kernels.gemv import workspace_size
 from ..checkpoint import Checkpoint
 from .config import Qwen3Config
 from .weights import weight_shapes
@@ -77,8 +84,28 @@ class Qwen3Engine:
         return self._forward(list(ids))
 
     def decode(self, token: int) -> np.ndarray:
-        """Append one token at the next position; returns its logits, ``(vocab,)`` float32."""
-        return self._forward([int(token)])[0]
+        """Append one token at the next position (a replay of the recorded decode step);
+        returns its logits, ``(vocab,)`` float32."""
+        if self.length + 1 > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine: {self.length + 1} positions exceed max_seq "
+                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
+        step = self._decode_step()
+        step.token.copy_(self._int32(token)).sync()
+        if step.at != self.length:  # (after a prefill: the graph advances them itself)
+            step.position.copy_(self._int32(self.length)).sync()
+            step.length.copy_(self._int32(self.length + 1)).sync()
+        step.graph.replay()
+        self.length += 1
+        step.at = self.length
+        return step.logits.numpy()[0].astype(np.float32)
+
+    def _int32(self, value: int) -> Any:
+        return tensor(np.array([value], np.int32), device=self.device).sync()
+
+    def _decode_step(self) -> "_DecodeStep":
+        if getattr(self, "_step", None) is None:
+            self._step = _DecodeStep(self)
+        return self._step
 
     def generate(self, ids: Sequence[int], steps: int) -> list[int]:
         """Greedy decoding: the ``steps`` tokens after the prompt ``ids``."""
@@ -131,6 +158,91 @@ class Qwen3Engine:
         logits = K.matmul(h, w["lm_head.weight"]).sync()
         self.length = start + t
         return logits.numpy().astype(np.float32)
+
+
+@kernel
+def _advance(position: tc.MutTensor[tc.i32, (1,)], length: tc.MutTensor[tc.i32, (1,)]):
+    """The next decode step's position and length (one more of each)."""
+    position.store(position.load() + 1)
+    length.store(length.load() + 1)
+
+
+class _DecodeStep:
+    """The decode step of one token, recorded into a graph over preallocated buffers: ``token``
+    (the input id), ``position`` and ``length`` (advanced by the step), ``logits``."""
+
+    def __init__(self, engine: "Qwen3Engine"):
+        c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
+        hq, hkv, d, hid = (c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                           c.hidden_size)
+
+        def buffer(*shape, dtype=dt):
+            return empty(shape, dtype, device=dev).sync()
+        self.token = zeros((1,), int32, device=dev).sync()
+        self.position = zeros((1,), int32, device=dev).sync()
+        self.length = zeros((1,), int32, device=dev).sync()
+        self.at = -1  # the engine length the device position and length stand for
+        x, h, o, mlp = (buffer(1, hid) for _ in range(4))
+        q, k, v = buffer(1, hq * d), buffer(1, hkv * d), buffer(1, hkv * d)
+        qn, kn = buffer(hq, d), buffer(hkv, d)
+        attended = buffer(1, hq, d)
+        gate, up, act = (buffer(1, c.intermediate_size) for _ in range(3))
+        self.logits = buffer(1, c.vocab_size)
+        shapes = {(hq * d, hid), (hkv * d, hid), (hid, hq * d), (c.intermediate_size, hid),
+                  (hid, c.intermediate_size), (c.vocab_size, hid)}
+        size = max(workspace_size(1, n, k_, dt.itemsize) for n, k_ in shapes)
+        mm_work = buffer(max(1, size), dtype=_f32())
+        cache_k0 = engine.cache[0][0]
+        attn_work = K.decode_attention_workspace(attended, cache_k0).sync()
+        kv_work = zeros((1, 3), int32, device=dev).sync()
+        eps = c.rms_norm_eps
+
+        def mm(a, name, out):
+            return K.matmul(a, w[name], out=out, workspace=mm_work)
+        with CudaGraph.scope() as graph:
+            graph.record(K.embedding(self.token, w["model.embed_tokens.weight"], out=x))
+            graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps,
+                                    out=h))
+            for layer in range(c.num_hidden_layers):
+                at = f"model.layers.{layer}."
+                cache_k, cache_v = engine.cache[layer]
+                graph.record(mm(h, at + "self_attn.q_proj.weight", q))
+                graph.record(mm(h, at + "self_attn.k_proj.weight", k))
+                graph.record(mm(h, at + "self_attn.v_proj.weight", v))
+                graph.record(K.rms_norm(q.reshape(hq, d), w[at + "self_attn.q_norm.weight"],
+                                        eps=eps, out=qn))
+                graph.record(K.rms_norm(k.reshape(hkv, d), w[at + "self_attn.k_norm.weight"],
+                                        eps=eps, out=kn))
+                graph.record(K.rope(qn.reshape(1, hq, d), kn.reshape(1, hkv, d),
+                                    engine.rope_table, self.position))
+                graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(1, hkv, d),
+                                               v.reshape(1, hkv, d), self.position,
+                                               workspace=kv_work))
+                graph.record(K.decode_attention(qn.reshape(1, hq, d), cache_k, cache_v,
+                                                self.length, out=attended,
+                                                workspace=attn_work))
+                graph.record(mm(attended.reshape(1, hq * d), at + "self_attn.o_proj.weight", o))
+                graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
+                                            eps=eps, out=h))
+                graph.record(mm(h, at + "mlp.gate_proj.weight", gate))
+                graph.record(mm(h, at + "mlp.up_proj.weight", up))
+                graph.record(K.silu_mul(gate, up, out=act))
+                graph.record(mm(act, at + "mlp.down_proj.weight", mlp))
+                following = (f"model.layers.{layer + 1}.input_layernorm.weight"
+                             if layer + 1 < c.num_hidden_layers else "model.norm.weight")
+                graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
+            graph.record(mm(h, "lm_head.weight", self.logits))
+            graph.record(_advance(_borrowed(self.position), _borrowed(self.length)))
+        self.graph = graph
+
+
+def _borrowed(t: Any) -> Any:
+    from ...host.tensor import borrow_mut
+    return borrow_mut(t).partition(1)
+
+
+def _f32() -> DType:
+    return as_dtype("float32")
 
 
 def _heads_first(t: Any) -> Any:
