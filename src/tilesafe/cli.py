@@ -1,6 +1,7 @@
 """The ``tilesafe`` command: ``info`` (version, devices, why a GPU is or is not usable),
 ``demo`` (the README example, timed, on the default device), ``tune`` (tuning results of
-``ts.autotune``: ``tilesafe tune --help``) and ``check`` (compile every
+``ts.autotune``: ``tilesafe tune --help``), ``generate`` (a Qwen3 model's tokens/s:
+``tilesafe generate --help``) and ``check`` (compile every
 kernel of a module without a GPU: front end and safety rules, and with ``--target`` the whole
 path to a cubin). A reader that closes the output early (``tilesafe info | head -1``) ends any
 command quietly, with status 1."""
@@ -22,6 +23,7 @@ from .check import check_file
 from .autotune.command import add_parser as add_tune_parser
 from .driver.device import default_device, devices, probe_gpu
 from . import _compiled
+from .models.generate import add_parser as add_generate_parser
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -80,6 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "failed")
     check.set_defaults(fn=cmd_check)
     add_tune_parser(sub)
+    add_generate_parser(sub)
     try:
         args = parser.parse_args(argv)
         status = args.fn(args)

@@ -24,6 +24,7 @@ import tilesafe.core as tc
 
 from ... import kernels as K
 from ...deviceops.graph import CudaGraph
+from ...driver.device import as_device
 from ...dtypes import DType, as_dtype, bfloat16, int32
 from ...errors import ArgumentError
 from ...host.factory import arange, empty, tensor, zeros
@@ -43,10 +44,11 @@ class Qwen3Engine:
         device: where to run (default: the default device).
         dtype: the run dtype; weights are converted to it once, on the host.
         max_seq: the key/value cache's length (prompt plus generated tokens).
+        progress: show a progress bar while the weights load.
     """
 
     def __init__(self, directory: "str | Path", *, device: Any = None,
-                 dtype: "DType | str" = bfloat16, max_seq: int = 4096):
+                 dtype: "DType | str" = bfloat16, max_seq: int = 4096, progress: bool = False):
         self.config = config = Qwen3Config.from_dir(directory)
         self.dtype = as_dtype(dtype)
         if self.dtype.name not in ("bfloat16", "float16"):
@@ -56,11 +58,15 @@ class Qwen3Engine:
             raise ArgumentError(f"Qwen3Engine: head_dim {config.head_dim} is not supported "
                                 "(64 or 128)")
         self.device = device
+        self.device_name = str(as_device(device))
         self.max_seq = int(max_seq)
         checkpoint = Checkpoint(directory)
         checkpoint.check(weight_shapes(config))
+        from tqdm import tqdm
+        names = [name for name, _ in weight_shapes(config)]
         self.weights = {name: self._upload(checkpoint.get(name))
-                        for name, _ in weight_shapes(config)}
+                        for name in tqdm(names, desc="loading", unit="weight",
+                                         disable=not progress, dynamic_ncols=True)}
         if config.tie_word_embeddings:
             self.weights["lm_head.weight"] = self.weights["model.embed_tokens.weight"]
         self.rope_table = K.rope_cache(self.max_seq, config.head_dim, base=config.rope_theta,

@@ -1,0 +1,38 @@
+"""``tilesafe generate`` on the interpreter with a small random checkpoint: it reports the time
+to first token and tokens/s, its greedy tokens match transformers' (``--check``), and bad
+arguments fail with a message and status 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilesafe.cli import main
+from tilesafe.models.checkpoint import write_random
+from tilesafe.models.qwen3.config import Qwen3Config
+
+TINY = Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random(TINY, tmp_path_factory.mktemp("generate") / "tiny", seed=5,
+                        progress=False)
+
+
+def test_generate_reports_and_matches_transformers(checkpoint, capsys):
+    pytest.importorskip("transformers")
+    status = main(["generate", "--model", str(checkpoint), "--prompt-tokens", "5",
+                   "--tokens", "4", "--quiet", "--check"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "time to first token" in out and "tokens/s" in out
+    assert "greedy tokens match transformers'" in out
+    assert "roofline   n/a (measured on a GPU only)" in out
+
+
+def test_generate_refuses_bad_arguments(checkpoint, capsys):
+    assert main(["generate", "--model", str(checkpoint), "--batch", "2", "--quiet"]) == 1
+    assert "--batch 2: the engine runs batch 1 so far" in capsys.readouterr().err
+    assert main(["generate", "--model", str(checkpoint.parent / "missing"), "--quiet"]) == 1
+    assert "config.json: no such file" in capsys.readouterr().err
