@@ -36,3 +36,23 @@ def test_generate_refuses_bad_arguments(checkpoint, capsys):
     assert "--batch 2: the engine runs batch 1 so far" in capsys.readouterr().err
     assert main(["generate", "--model", str(checkpoint.parent / "missing"), "--quiet"]) == 1
     assert "config.json: no such file" in capsys.readouterr().err
+
+
+def test_a_text_prompt_goes_through_the_tokenizer(checkpoint, tmp_path, capsys):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    tok = tokenizers.Tokenizer(WordLevel({f"w{i}": i for i in range(TINY.vocab_size)},
+                                         unk_token="w0"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    directory = tmp_path / "with_tokenizer"
+    directory.mkdir()
+    for f in checkpoint.iterdir():
+        (directory / f.name).write_bytes(f.read_bytes())
+    tok.save(str(directory / "tokenizer.json"))
+    assert main(["generate", "--model", str(directory), "--prompt", "w3 w17 w99",
+                 "--tokens", "3", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt     3 tokens" in out and "text       'w" in out
+    assert main(["generate", "--model", str(checkpoint), "--prompt", "hello", "--quiet"]) == 1
+    assert "tokenizer.json, which does not exist" in capsys.readouterr().err

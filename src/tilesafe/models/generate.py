@@ -35,8 +35,11 @@ def add_parser(sub: Any) -> None:
     source.add_argument("--random", choices=sorted(NAMED_CONFIGS),
                         help="random weights of this size, written once under the cache "
                         "directory")
+    p.add_argument("--prompt", default=None,
+                   help="a text prompt (needs the model directory's tokenizer.json); default: "
+                   "random token ids")
     p.add_argument("--prompt-tokens", type=int, default=512,
-                   help="length of the (random, seeded) prompt (default 512)")
+                   help="length of the random, seeded prompt (default 512)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens to generate (default 1024)")
     p.add_argument("--batch", type=int, default=1, help="sequences (only 1 so far)")
     p.add_argument("--device", default=None, help="cpu or cuda:N (default: the default device)")
@@ -68,12 +71,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.random:
         directory = write_random(args.random, dtype=args.dtype, progress=progress)
     config = Qwen3Config.from_dir(directory)
+    tokenizer = _tokenizer(directory) if args.prompt is not None else None
+    if tokenizer is not None:
+        prompt = tokenizer.encode(args.prompt).ids
+        if not prompt:
+            raise ArgumentError("--prompt: the text encodes to no token")
+        args.prompt_tokens = len(prompt)
+    else:
+        prompt = np.random.default_rng(args.seed).integers(0, config.vocab_size,
+                                                           args.prompt_tokens).tolist()
     started = time.perf_counter()
     engine = Qwen3Engine(directory, device=args.device, dtype=args.dtype,
                          max_seq=args.prompt_tokens + args.tokens, progress=progress)
     loaded = time.perf_counter() - started
-    prompt = np.random.default_rng(args.seed).integers(0, config.vocab_size,
-                                                       args.prompt_tokens).tolist()
     started = time.perf_counter()
     logits = engine.prefill(prompt)
     first = time.perf_counter() - started
@@ -93,11 +103,24 @@ def _run(args: argparse.Namespace) -> int:
     print(f"decode     {args.tokens - 1} tokens in {decode_seconds:.2f} s: {rate:.1f} tokens/s")
     print(f"roofline   {_roofline(engine, config, args, rate)}")
     print(f"tokens     {tokens[:16]}{' ...' if len(tokens) > 16 else ''}")
+    if tokenizer is not None:
+        print(f"text       {tokenizer.decode(tokens)!r}")
     if args.check:
         same = _check(directory, prompt, tokens, args.dtype)
         print(f"check      greedy tokens {'match' if same else 'DIFFER from'} transformers'")
         return 0 if same else 1
     return 0
+
+
+def _tokenizer(directory: Any) -> Any:
+    """The checkpoint's ``tokenizer.json`` (ArgumentError if it has none)."""
+    from pathlib import Path
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        raise ArgumentError(f"--prompt needs {path}, which does not exist",
+                            hint="leave --prompt out for a random prompt of --prompt-tokens ids")
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(str(path))
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
