@@ -60,3 +60,5 @@ def test_prefill_and_decode_match_transformers(checkpoint):
         assert int(np.argmax(ours[-1])) == int(np.argmax(want[-1]))
     graph = engine._step.graph  # one recorded step, replayed for every token
     assert len(graph.nodes) > 10 * TINY.num_hidden_layers
+    # replayed back to back, the argmax kept on the device: the same greedy tokens
+    assert engine.generate(PROMPT, 4) == tokens[len(PROMPT):] + [int(np.argmax(ours[-1]))]

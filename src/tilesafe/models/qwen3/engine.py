@@ -28,6 +28,7 @@ from ...driver.device import as_device
 from ...dtypes import DType, as_dtype, bfloat16, int32
 from ...errors import ArgumentError
 from ...host.factory import arange, empty, tensor, zeros
+from ...host.tensor import borrow_mut
 from ...kernel import kernel
 from ...kernels.gemv import workspace_size
 from ..checkpoint import Checkpoint
@@ -114,12 +115,38 @@ class Qwen3Engine:
         return self._step
 
     def generate(self, ids: Sequence[int], steps: int) -> list[int]:
-        """Greedy decoding: the ``steps`` tokens after the prompt ``ids``."""
+        """Greedy decoding: the ``steps`` tokens after the prompt ``ids`` (``prefill``, then
+        :meth:`greedy` from its last position's argmax)."""
+        if len(ids) + steps > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine: {len(ids) + steps} positions exceed max_seq "
+                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
         logits = self.prefill(ids)
-        out = [int(np.argmax(logits[-1]))]
-        for _ in range(steps - 1):
-            out.append(int(np.argmax(self.decode(out[-1]))))
-        return out
+        return self.greedy(int(np.argmax(logits[-1])), steps)[:steps]
+
+    def greedy(self, token: int, steps: int, chunk: int = 64) -> list[int]:
+        """``token`` (at the next position) and the ``steps - 1`` greedy tokens after it: the
+        decode step's graph replayed back to back, ``chunk`` replays per host wait; each
+        replay's argmax feeds the next and is kept on the device, read once per chunk."""
+        if self.length + steps > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine: {self.length + steps} positions exceed max_seq "
+                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
+        out = [int(token)]
+        step = self._decode_step()
+        step.token.copy_(self._int32(token)).sync()
+        step.position.copy_(self._int32(self.length)).sync()
+        step.length.copy_(self._int32(self.length + 1)).sync()
+        start, left = self.length, steps - 1
+        while left > 0:
+            n = min(chunk, left)
+            op = step.graph.launch()
+            for _ in range(n - 1):
+                op = op.then(lambda _result: step.graph.launch())
+            op.sync()
+            left -= n
+        made = step.tokens.numpy()[start:start + steps - 1]
+        self.length += steps - 1
+        step.at = self.length
+        return out + [int(t) for t in made]
 
     def _forward(self, ids: list[int]) -> np.ndarray:
         c, w = self.config, self.weights
@@ -173,9 +200,16 @@ def _advance(position: tc.MutTensor[tc.i32, (1,)], length: tc.MutTensor[tc.i32, 
     length.store(length.load() + 1)
 
 
+@kernel
+def _keep_token(slot: tc.MutTensor[tc.i32, (1,)], token: tc.Tensor[tc.i32, (1,)]):
+    """Copy the step's token into its slot of the generated tokens."""
+    slot.store(token.partition((1,)).load((0,)))
+
+
 class _DecodeStep:
     """The decode step of one token, recorded into a graph over preallocated buffers: ``token``
-    (the input id), ``position`` and ``length`` (advanced by the step), ``logits``."""
+    (the input id, then the greedy next one), ``position`` and ``length`` (advanced by the
+    step), ``logits``, ``tokens`` (each step's greedy token at its position)."""
 
     def __init__(self, engine: "Qwen3Engine"):
         c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
@@ -185,6 +219,8 @@ class _DecodeStep:
         def buffer(*shape, dtype=dt):
             return empty(shape, dtype, device=dev).sync()
         self.token = zeros((1,), int32, device=dev).sync()
+        #: the token each replay makes, at its position (an indexed partition: one slot)
+        self.tokens = zeros((engine.max_seq,), int32, device=dev).sync()
         self.position = zeros((1,), int32, device=dev).sync()
         self.length = zeros((1,), int32, device=dev).sync()
         self.at = -1  # the engine length the device position and length stand for
@@ -238,12 +274,14 @@ class _DecodeStep:
                              if layer + 1 < c.num_hidden_layers else "model.norm.weight")
                 graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
             graph.record(mm(h, "lm_head.weight", self.logits))
+            graph.record(K.argmax(self.logits, out=self.token))  # (the next step's input)
+            graph.record(_keep_token(borrow_mut(self.tokens).partition(1, at=self.position),
+                                     self.token))
             graph.record(_advance(_borrowed(self.position), _borrowed(self.length)))
         self.graph = graph
 
 
 def _borrowed(t: Any) -> Any:
-    from ...host.tensor import borrow_mut
     return borrow_mut(t).partition(1)
 
 
