@@ -261,3 +261,20 @@ def tilesafe_graph(stream: Any, launches: Callable[[], Any]) -> Callable:
 def repetitions(seconds_each: float, target: float = 2e-3, most: int = 200) -> int:
     """Launches per graph so that one replay takes about ``target`` seconds."""
     return max(1, min(most, round(target / max(seconds_each, 1e-9))))
+
+
+def standalone(run: Callable[[Path, str, bool], Any], doc: Optional[str], module: str,
+               argv: Optional[Sequence[str]] = None) -> int:
+    """The command line of one benchmark module run alone (``python -m benchmarks.<module>
+    --device cuda:0 --out DIR [--quick]``): ``run(out, device, quick)``."""
+    import argparse
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--out", default="benchmarks/results/latest")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run(out, args.device, args.quick)
+    return 0

@@ -90,32 +90,6 @@ def check(case: Case, wait: Callable[[], None] = lambda: None) -> float:
     return err
 
 
-def _graph(stream: Any, body: Callable[[], None]) -> Callable:
-    """``_harness.torch_graph``, with the loans of the warm-up run ended before the capture
-    begins (so that the library's calls during the capture find no completed work to query)."""
-    from tilesafe.kernels._torch import release_completed
-    body()
-    stream.synchronize()
-    release_completed()
-    return _capture(stream, body)
-
-
-def _capture(stream: Any, body: Callable[[], None]) -> Callable:
-    import torch
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            body()
-    stream.synchronize()
-
-    def run(mark_end: Callable[[], None]) -> None:
-        with torch.cuda.stream(stream):
-            graph.replay()
-        mark_end()
-    run.body = body  # type: ignore[attr-defined]  # (what the graph uses stays alive)
-    return run
-
-
 def _measure_one(case: Case, stream: Any, device: str) -> list:
     import torch
     torch.cuda.synchronize()  # inputs were made on the default stream
@@ -131,9 +105,9 @@ def _measure_one(case: Case, stream: Any, device: str) -> list:
             for i in range(reps):
                 launch(i % case.sets)
         return body
-    runs = {"tilesafe": _graph(stream, repeat(case.ours)),
-            case.reference: _graph(stream, repeat(case.theirs)),
-            "d2d_copy": _graph(stream, repeat(lambda j: targets[j].copy_(sources[j])))}
+    runs = {"tilesafe": h.torch_graph(stream, repeat(case.ours)),
+            case.reference: h.torch_graph(stream, repeat(case.theirs)),
+            "d2d_copy": h.torch_graph(stream, repeat(lambda j: targets[j].copy_(sources[j])))}
     timed = h.interleaved_ms(runs, stream)
     gbs = {name: case.bytes_moved * reps / (t[0] * 1e-3) / 1e9 for name, t in timed.items()}
     short = SHORT[case.dtype]

@@ -8,7 +8,6 @@ f16, 32 heads, S = 4096, D = 128, measured in one process (CUDA graphs, interlea
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +76,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.attention", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--out", default="benchmarks/results/latest")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    run(Path(args.out), args.device, args.quick)
-    return 0
+    return h.standalone(run, __doc__, "attention", argv)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,11 @@ machine has it). Each variant also runs with the ``occupancy`` hint (2, 4, 8 CTA
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import tilesafe as ts
 import tilesafe.core as tc
@@ -174,15 +172,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.grid_dependency",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--out", default="benchmarks/results/latest")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    run(Path(args.out), args.device, args.quick)
-    return 0
+    return h.standalone(run, __doc__, "grid_dependency", argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Tile sizes are chosen per bin count by a small search (``histogram_search.csv``)
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -163,19 +162,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    """``python -m benchmarks.histogram --device cuda:0 --out DIR`` (also through
-    ``python -m benchmarks histogram``)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.histogram",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="benchmarks/results/latest")
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    run(out, args.device, args.quick)
-    return 0
+    return h.standalone(run, __doc__, "histogram", argv)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ where the launch moves enough bytes to be bandwidth-bound.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import _harness as h
 from . import _rowwise as rw
 
 ROWS = (1, 32, 1024, 16384)
@@ -113,15 +113,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels_activations",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--out", default="benchmarks/results/latest")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    run(Path(args.out), args.device, args.quick)
-    return 0
+    return h.standalone(run, __doc__, "kernels_activations", argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ function is checked the same way.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import math
 from pathlib import Path
@@ -293,15 +292,7 @@ def run(out: Path, device: str = "cuda:0", quick: bool = False) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels_attention",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--out", default="benchmarks/results/latest")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    run(Path(args.out), args.device, args.quick)
-    return 0
+    return h.standalone(run, __doc__, "kernels_attention", argv)
 
 
 if __name__ == "__main__":
