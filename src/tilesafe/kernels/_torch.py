@@ -26,6 +26,7 @@ dependency)."""
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from typing import Any, Callable
 
@@ -50,13 +51,8 @@ def _is_fault_record(item: Any) -> bool:
 
 
 def _is_torch_tensor(value: Any) -> bool:
-    torch = _torch_if_loaded()
+    torch = sys.modules.get("torch")  # (no torch imported: no torch tensor either)
     return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _torch_if_loaded() -> Any:
-    import sys
-    return sys.modules.get("torch")
 
 
 def accepts_torch(fn: Callable[..., DeviceOp]) -> Callable[..., Any]:
@@ -67,14 +63,13 @@ def accepts_torch(fn: Callable[..., DeviceOp]) -> Callable[..., Any]:
         if not any(_is_torch_tensor(a) for a in (*args, *kwargs.values())):
             return fn(*args, **kwargs)
         return _call_with_torch(fn, args, kwargs)
-    call.__wrapped__ = fn
     return call
 
 
 def torch_dtype(dtype: DType) -> Any:
     """The torch dtype of a tilesafe one (ArgumentError if torch has none)."""
     import torch
-    found = getattr(torch, {"bool": "bool"}.get(dtype.name, dtype.name), None)
+    found = getattr(torch, dtype.name, None)
     if not isinstance(found, torch.dtype):
         raise ArgumentError(f"torch has no dtype for {dtype.name}", caller_location())
     return found
