@@ -22,6 +22,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..kernel import kernel
 from ..host.tensor import Tensor
 from . import _attention_args as args
+from ._online_softmax import online_softmax_step
 
 OP = "flash_attention"
 
@@ -56,13 +57,7 @@ def flash_attention_kernel(o: tc.MutTensor["T", (1, "BM", "D")],
     for j in range(unmasked_end):
         kt = keys.load((kv_head, j, 0)).reshape((BN, D))
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((BM, BN), tc.f32)) * qk_scale
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
-        vt = values.load((kv_head, j, 0)).reshape((BN, D))
-        acc = tc.mma(p.astype(T), vt, acc * alpha)
-        best = new_best
+        total, acc, best = online_softmax_step(s, values, (kv_head, j, 0), best, total, acc)
     rows = (tc.arange(BM) + (first_row + offset)).reshape((BM, 1))
     for j in range(unmasked_end, end):
         kt = keys.load((kv_head, j, 0)).reshape((BN, D))
@@ -72,13 +67,7 @@ def flash_attention_kernel(o: tc.MutTensor["T", (1, "BM", "D")],
         if CAUSAL:
             visible = visible & (cols <= rows)
         s = tc.where(visible, s, float("-inf"))
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
-        vt = values.load((kv_head, j, 0)).reshape((BN, D))
-        acc = tc.mma(p.astype(T), vt, acc * alpha)
-        best = new_best
+        total, acc, best = online_softmax_step(s, values, (kv_head, j, 0), best, total, acc)
     o.store((acc * (1.0 / total)).astype(T).reshape((1, BM, D)))
 
 

@@ -27,6 +27,7 @@ from ..host.factory import empty
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _attention_args as args
+from ._online_softmax import online_softmax_step
 from ._outputs import Output
 
 OP = "decode_attention"
@@ -74,13 +75,7 @@ def decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
     for j in range(start, unmasked_end):
         kt = keys.load((bh, j, 0)).reshape((BN, D))
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
-        vt = values.load((bh, j, 0)).reshape((BN, D))
-        acc = tc.mma(p.astype(T), vt, acc * alpha)
-        best = new_best
+        total, acc, best = online_softmax_step(s, values, (bh, j, 0), best, total, acc)
     for j in range(tc.maximum(start, unmasked_end), end):
         kt = keys.load((bh, j, 0)).reshape((BN, D))
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
