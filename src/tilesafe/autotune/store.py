@@ -19,14 +19,12 @@ This module may import ``keys`` and the cubin cache's location; it knows nothing
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ..backends.tileir.cache import cache_dir
+from ..backends.tileir.cache import cache_dir, write_atomically
 from .keys import entry_id, same_key
 
 FORMAT = "tilesafe-autotune-v1"
@@ -64,12 +62,8 @@ def write_entries(path: Path, entries: dict, *, strict: bool = False) -> None:
     """Write a whole file atomically (best effort: an unwritable store only costs tuning;
     ``strict`` raises the OSError instead)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        text = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
+        write_atomically(path, (text + "\n").encode())
     except OSError:
         if strict:
             raise

@@ -162,10 +162,10 @@ def directory_bytes(shapes: Iterable[tuple[str, tuple[int, ...]]], itemsize: int
 
 
 def default_random_dir(name: str) -> Path:
-    """Where ``--random NAME`` keeps its checkpoint: under the tilesafe cache directory."""
-    base = os.environ.get("TILESAFE_CACHE_DIR")
-    root = Path(base) if base and base != "0" else Path.home() / ".cache" / "tilesafe"
-    return root / "random-checkpoints" / name
+    """Where ``--random NAME`` keeps its checkpoint: under the tilesafe cache directory (its
+    default place when caching is off)."""
+    from ..backends.tileir.cache import cache_dir, default_cache_dir
+    return (cache_dir() or default_cache_dir()) / "random-checkpoints" / name
 
 
 def write_random(name_or_config: Any, directory: Optional["str | Path"] = None, *,

@@ -27,8 +27,30 @@ def cache_dir() -> Optional[Path]:
         return None
     if configured:
         return Path(configured)
+    return default_cache_dir()
+
+
+def default_cache_dir() -> Path:
+    """Where the cache lives unless ``TILESAFE_CACHE_DIR`` says otherwise."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "tilesafe"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file beside it, renamed over it; the
+    temporary file is removed if the write fails). Raises the OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def cache_key(bytecode: bytes, *, version: tuple[int, int], arch: str, opt_level: int,
@@ -80,11 +102,7 @@ def store(key: str, cubin: bytes) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_header(key) + _digest(key, cubin) + b"\n" + cubin)
-        os.replace(tmp, path)
+        write_atomically(path, _header(key) + _digest(key, cubin) + b"\n" + cubin)
     except OSError:
         pass
 
