@@ -25,7 +25,7 @@ import tilesafe.core as tc
 from ... import kernels as K
 from ...deviceops.graph import CudaGraph
 from ...driver.device import as_device
-from ...dtypes import DType, as_dtype, bfloat16, int32
+from ...dtypes import DType, as_dtype, bfloat16, float32, int32
 from ...errors import ArgumentError
 from ...host.factory import arange, empty, tensor, zeros
 from ...host.tensor import borrow_mut
@@ -233,7 +233,7 @@ class _DecodeStep:
         shapes = {(hq * d, hid), (hkv * d, hid), (hid, hq * d), (c.intermediate_size, hid),
                   (hid, c.intermediate_size), (c.vocab_size, hid)}
         size = max(workspace_size(1, n, k_, dt.itemsize) for n, k_ in shapes)
-        mm_work = buffer(max(1, size), dtype=_f32())
+        mm_work = buffer(max(1, size), dtype=float32)
         cache_k0 = engine.cache[0][0]
         attn_work = K.decode_attention_workspace(attended, cache_k0).sync()
         kv_work = zeros((1, 3), int32, device=dev).sync()
@@ -283,10 +283,6 @@ class _DecodeStep:
 
 def _borrowed(t: Any) -> Any:
     return borrow_mut(t).partition(1)
-
-
-def _f32() -> DType:
-    return as_dtype("float32")
 
 
 def _heads_first(t: Any) -> Any:
