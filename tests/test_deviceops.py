@@ -364,6 +364,26 @@ def test_a_chain_that_allocates_or_runs_host_work_is_not_recorded():
             graph.record(mapped)
 
 
+def test_a_chain_step_that_writes_a_shared_result_or_a_moved_tensor_is_refused():
+    """Recording runs each step's checks: a step writing a ``.shared()`` result (read-only for
+    good) or a tensor moved into a partition is refused as the launch would be, nothing of
+    the chain is recorded, and the memory the first launch borrowed is free again."""
+    x = _ones(16)
+    t = ts.zeros(16).sync()
+    frozen = ts.ones(16).shared().sync()
+    moved = ts.zeros(16).sync()
+    moved.partition(8)
+    for target, error in ((frozen, BorrowError), (moved, ts.MovedError)):
+        op = axpy(ts.borrow_mut(t).partition(8), x, 1.0).then(
+            lambda r, target=target: axpy(ts.borrow_mut(target).partition(8), x, 1.0))
+        with ts.CudaGraph.scope() as graph:
+            with pytest.raises(error):
+                graph.record(op)
+        assert graph.nodes == []
+        t.numpy()  # the first launch's loans ended
+    assert np.array_equal(frozen.numpy(), np.ones(16, np.float32))
+
+
 def test_graph_update_rejects_a_different_shape():
     z = ts.zeros(32).sync().partition(8)
     graph = ts.CudaGraph.capture(axpy(z, _ones(32), 1.0))
