@@ -225,8 +225,9 @@ def test_threads_scattering_into_one_cache_on_one_stream_lose_no_update():
     def work(i):
         positions = on(np.array([i], np.int32))  # each thread its own row
         try:
-            for _ in range(rounds):
-                bump_rows(ts.borrow_mut(cache).partition(4, at=positions)).sync_on(stream)
+            for _ in range(rounds):  # each launch built as a step of work on the stream
+                ts.value(None).then(lambda _: bump_rows(ts.borrow_mut(cache).partition(
+                    4, at=positions))).sync_on(stream)
         except BaseException as err:  # noqa: BLE001 (reported below)
             errors.append(err)
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
