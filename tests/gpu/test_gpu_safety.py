@@ -91,3 +91,24 @@ def test_threads_on_one_stream_and_one_graph_lose_no_update():
         thread.join(120)
     assert not errors, errors[0]
     assert np.array_equal(t.numpy(), np.full(4096, 8 * 20 * 2, np.float32))
+
+
+def test_device_copies_check_both_tensors_and_stay_on_the_device():
+    src = ts.arange(4096, device=GPU).sync()
+    dst = ts.zeros(4096, device=GPU).sync()
+    dst.copy_(src).sync()
+    np.testing.assert_array_equal(dst.numpy(), np.arange(4096, dtype=np.float32))
+    pending = bump(ts.borrow_mut(dst).partition(256))  # validated: dst is lent to it until it runs
+    with pytest.raises(BorrowError):
+        dst.copy_(src).sync()
+    pending.sync()
+    pending = bump(ts.borrow_mut(src).partition(256))  # a pending writer of the source
+    with pytest.raises(BorrowError):
+        dst.copy_(src).sync()
+    del pending
+    twin = ts.from_dlpack(src)  # one memory, overlapping ranges: copied through the host
+    twin[1:].copy_(src[:-1]).sync()
+    np.testing.assert_array_equal(src.numpy()[1:], np.arange(4095, dtype=np.float32))
+    strided = ts.zeros(2048, device=GPU).sync()
+    strided.copy_(src[::2]).sync()
+    np.testing.assert_array_equal(strided.numpy(), src.numpy()[::2])

@@ -130,6 +130,36 @@ def host_to_device(dst_ptr: int, host: np.ndarray, stream: Any) -> None:
     stream.sync()
 
 
+def fill(dst_ptr: int, nbytes: int, pattern: bytes, stream: Any) -> bool:
+    """Set every ``len(pattern)``-byte word of ``nbytes`` at ``dst_ptr`` to ``pattern`` on the
+    device and wait; False (nothing done) for a pattern no memset writes (8-byte words that
+    are not one repeated byte)."""
+    size = len(pattern)
+    if size not in (1, 2, 4) and pattern != pattern[:1] * size:
+        return False
+    if nbytes:
+        driver = _driver()
+        if size == 2:
+            _check(driver.cuMemsetD16Async(dst_ptr, int.from_bytes(pattern, "little"),
+                                           nbytes // 2, stream.handle), "cuMemsetD16Async")
+        elif size == 4:
+            _check(driver.cuMemsetD32Async(dst_ptr, int.from_bytes(pattern, "little"),
+                                           nbytes // 4, stream.handle), "cuMemsetD32Async")
+        else:
+            _check(driver.cuMemsetD8Async(dst_ptr, pattern[0], nbytes, stream.handle),
+                   "cuMemsetD8Async")
+    stream.sync()
+    return True
+
+
+def device_to_device(dst_ptr: int, src_ptr: int, nbytes: int, stream: Any) -> None:
+    """Copy ``nbytes`` from ``src_ptr`` to ``dst_ptr`` (one device's memory) and wait."""
+    if nbytes:
+        _check(_driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream.handle),
+               "cuMemcpyDtoDAsync")
+    stream.sync()
+
+
 def device_to_host(src_ptr: int, nbytes: int, stream: Any) -> np.ndarray:
     """The bytes at ``src_ptr`` as a host uint8 array (waits for the stream)."""
     out = np.empty(nbytes, dtype=np.uint8)

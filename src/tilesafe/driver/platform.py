@@ -56,6 +56,12 @@ class Platform:
         """New memory on ``device`` holding the C-contiguous array ``storage``."""
         raise NotImplementedError
 
+    def allocate_filled(self, device: Device, shape: Sequence[int], value: np.ndarray,
+                        stream: Any) -> Any:
+        """New memory on ``device`` holding ``shape`` elements equal to the storage scalar
+        ``value`` (the device fills it where it can, with no host array of the size)."""
+        return self.allocate(device, np.full(tuple(shape), value, dtype=value.dtype), stream)
+
     def read(self, data: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
              storage: np.dtype, byte_range: tuple[int, int], stream: Any) -> np.ndarray:
         """A host copy (storage dtype, ``shape``) of the elements of a strided view;
@@ -70,6 +76,12 @@ class Platform:
     def span(self, data: Any) -> tuple[int, int]:
         """The address of the memory's first byte and its size in bytes."""
         raise NotImplementedError
+
+    def copy_within(self, destination: Any, source: Any, nbytes: int, stream: Any) -> bool:
+        """Copy ``nbytes`` between two contiguous ranges of this kind's memory on one device
+        (``(data, byte offset)`` each) without the host, and wait; False where this platform
+        has no such copy (the caller stages it through the host)."""
+        return False
 
     def host_array(self, data: Any, offset: int, shape: Sequence[int],
                    strides: Sequence[int]) -> np.ndarray:
@@ -164,8 +176,21 @@ class CudaPlatform(Platform):
         cuda.host_to_device(buf.ptr, storage, stream.native)
         return buf
 
+    def allocate_filled(self, device, shape, value, stream) -> cuda.DeviceBuffer:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * value.dtype.itemsize
+        buf = cuda.allocate(device.index, nbytes, stream.native)
+        if not cuda.fill(buf.ptr, nbytes, value.tobytes(), stream.native):
+            cuda.host_to_device(buf.ptr, np.full(tuple(shape), value, dtype=value.dtype),
+                                stream.native)
+        return buf
+
     def span(self, data: cuda.DeviceBuffer) -> tuple[int, int]:
         return data.ptr, data.nbytes
+
+    def copy_within(self, destination, source, nbytes, stream) -> bool:
+        (dst, dst_offset), (src, src_offset) = destination, source
+        cuda.device_to_device(dst.ptr + dst_offset, src.ptr + src_offset, nbytes, stream.native)
+        return True
 
     def read(self, data, offset, shape, strides, storage, byte_range, stream) -> np.ndarray:
         lo, hi = byte_range

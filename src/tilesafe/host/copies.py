@@ -18,6 +18,8 @@ from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device, as_device
 from ..driver.ledger import LEDGER
+from ..driver.platform import platform_of
+from ..driver.stream import next_stream
 from ..errors import ArgumentError, Location
 from .lazy import TensorOp, not_run_yet
 
@@ -28,6 +30,9 @@ def clone(source: Any, device: "Device | str | None" = None) -> DeviceOp:
     source._check_usable("copy it")
 
     def run(stream) -> Any:
+        if target == source.device and source.is_contiguous:  # copied on the device
+            copy = type(source).filled(source.shape, 0, source.dtype, target)
+            return CopyNode(copy, source).replay(stream)
         return type(source).from_values(source.numpy(), source.dtype, target)
     return TensorOp(run, f"clone({source.shape}, to={target})", target, source.shape,
                     source.dtype)
@@ -62,12 +67,38 @@ class CopyNode:
 
     def replay(self, stream=None) -> Any:
         with stream.order_lock if stream is not None else contextlib.nullcontext():
+            if self._copy_on_device(stream):
+                return self.destination
             values = self.source.numpy()
             with LEDGER:  # no launch may start on it until the copy is written
                 self.destination._check_access("write this tensor", write=True)
                 self.destination._write_storage(
                     self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
+
+    def _copy_on_device(self, stream: Any) -> bool:
+        """Copy two contiguous tensors of one device without the host (a device-to-device
+        copy, waited for), checked as the host path checks them: the source may be read and
+        the destination written, under the ledger's lock so no launch starts on either until
+        the copy is made. False where the platform has no such copy, a view is strided or the
+        two overlap in memory (the host path reads the whole source before writing)."""
+        source, destination = self.source, self.destination
+        if source.device != destination.device or not source.is_contiguous or \
+                not destination.is_contiguous:
+            return False
+        nbytes = destination.nbytes
+        lo, hi = source._address(), destination._address()
+        if lo < hi + nbytes and hi < lo + nbytes:
+            return False
+        platform = platform_of(destination.device)
+        item = destination.dtype.itemsize
+        with LEDGER:
+            source._check_access("read this tensor", write=False)
+            destination._check_access("write this tensor", write=True)
+            return platform.copy_within(
+                (destination._alloc.data, destination._offset * item),
+                (source._alloc.data, source._offset * item), nbytes,
+                stream if stream is not None else next_stream(destination.device))
 
     def compatible(self, other) -> "str | None":
         if not isinstance(other, CopyNode):

@@ -40,8 +40,11 @@ def full(shape: Shape, value: Any, dtype: Any = dt.float32,
     dims, target = normalize_shape(shape), dt.as_dtype(dtype)
     if not (target.fits(value) or (target.is_float and isinstance(value, (int, float)))):
         raise ValueError(f"fill value {value!r} does not fit {target.name}")
-    return _lazy(f"full({dims}, {value!r}, {target.short})", target, device, dims,
-                 lambda d: np.full(dims, value, dtype=_wide(d)))
+    dev = as_device(device)
+    memory = dt.memory_dtype(target, "a tensor")
+    fill = np.asarray(value, dtype=_wide(memory))
+    return TensorOp(lambda stream: Tensor.filled(dims, fill, memory, dev),
+                    f"full({dims}, {value!r}, {target.short})", dev, dims, memory)
 
 
 def zeros(shape: Shape, dtype: Any = dt.float32, device: DeviceLike = None) -> TensorOp:
@@ -110,5 +113,9 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> TensorOp:
     """
     array = np.array(data, copy=True)
     target = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)
+    memory, dev = dt.memory_dtype(target, "a tensor"), as_device(device)
+    if array.dtype == memory.storage:  # already the stored values: copied as they are
+        return TensorOp(lambda stream: Tensor.from_storage(array, memory, dev),
+                        f"tensor({array.shape}, {target.short})", dev, array.shape, memory)
     return _lazy(f"tensor({array.shape}, {target.short})", target, device, array.shape,
                  lambda d: array)

@@ -181,6 +181,16 @@ class Tensor:
         return cls(Allocation(data, device, base=base, nbytes=nbytes), storage.shape, dtype)
 
     @classmethod
+    def filled(cls, shape: Sequence[int], value: Any, dtype: DType, device: Device) -> "Tensor":
+        """A new contiguous tensor on ``device`` of ``shape`` elements equal to ``value``
+        (rounded to ``dtype`` as :meth:`from_values` rounds; filled on the device)."""
+        storage = dtype.to_storage(dtype.round(np.asarray([value])))[0]
+        platform = platform_of(device)
+        data = platform.allocate_filled(device, shape, np.asarray(storage), next_stream(device))
+        base, nbytes = platform.span(data)
+        return cls(Allocation(data, device, base=base, nbytes=nbytes), tuple(shape), dtype)
+
+    @classmethod
     def from_values(cls, values: np.ndarray, dtype: DType, device: Device) -> "Tensor":
         """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
         return cls.from_storage(dtype.to_storage(dtype.round(values)), dtype, device)
