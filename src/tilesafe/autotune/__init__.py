@@ -163,7 +163,8 @@ class Tuned:
 
     def _resolve(self, strategy: timing.Timing, device: Device, values: Any, args: tuple,
                  kwargs: dict) -> Optional[int]:
-        """Steps 3-5 of the module docstring; None for a call that could not be timed."""
+        """Steps 3-5 of the module docstring: the config index (0 for arguments timing runs
+        cannot copy), None while the device cannot time now."""
         wanted = self.full_key(strategy.describe(device), values)
         for found in (store.lookup(wanted, self.configs),
                       store.shipped_lookup(wanted, self.configs)):
@@ -177,7 +178,7 @@ class Tuned:
         try:
             copies = timing.timing_arguments(dict(bound.arguments), self.mutates)
         except timing.NotTimeable:
-            return None
+            return 0  # (the default, kept for this key in this process: nothing to time)
         index, times, failures = self._tune(strategy, device, bound, copies)
         path = store.save(wanted, index, self.configs[index], times)
         self._report(strategy.describe(device)[1], values, index, times, failures, path)

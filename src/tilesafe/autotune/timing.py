@@ -130,7 +130,20 @@ class NotTimeable(Exception):
 def timing_arguments(bound: dict, mutates: tuple) -> dict:
     """Copies of a call's arguments (by parameter name) for timing runs (module docstring);
     raises :class:`NotTimeable`."""
+    for name, value in bound.items():  # (refused before anything is copied)
+        _check_timeable(name, value)
     return {name: _timing_copy(name, value, name in mutates) for name, value in bound.items()}
+
+
+def _check_timeable(name: str, value: Any) -> None:
+    if isinstance(value, DeviceOp):
+        raise NotTimeable(f"argument '{name}' is {value.label}, a DeviceOp not run yet")
+    if isinstance(value, (MappedPartition, AtomicBorrow, BorrowMut)):
+        raise NotTimeable(f"argument '{name}' is a {type(value).__name__}, which timing runs "
+                          "cannot copy")
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _check_timeable(name, v)
 
 
 def _timing_copy(name: str, value: Any, mutated: bool) -> Any:
