@@ -100,8 +100,11 @@ def decode_launches(o3: Any, parts: Any, lses: Any, q3: Any, k3: Any, v3: Any, s
     yield decode_module._partial_for(hints)(
         ts.borrow_mut(parts).partition((1, g, d)), ts.borrow_mut(lses).partition((1, g, 1)),
         q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
+    splits = parts.shape[1] // g
+    columns = decode_module.merge_columns(splits, g, d)
     yield decode_module.decode_attention_merge_kernel(
-        ts.borrow_mut(o3).partition((1, g, d)), parts, lses)
+        ts.borrow_mut(o3).partition((1, g, columns)), parts, lses,
+        SP=decode_module.args.next_power_of_two(splits))
 
 
 def _check(name: str, view: Any, want: Any) -> None:

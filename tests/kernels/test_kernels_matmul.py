@@ -75,7 +75,7 @@ def test_split_k_slices():
     # 64 column blocks of 64 on 132 SMs: 8 slices of 512 give 512 programs (>= 2 per SM)
     assert skinny.slices(4096, 4096, 64, 256, 2) == 8
     assert skinny.slices(2560, 9728, 64, 256, 2) == 8
-    assert skinny.slices(151936, 4096, 64, 256, 2) == 1  # enough column blocks already
+    assert skinny.slices(151936, 4096, 64, 256, 2) == 2  # enough blocks: the fewest slices
     assert skinny.slices(4096, 4104, 64, 256, 2) == 1    # slices would not be 16-aligned
     assert skinny.slices(40, 1024, 64, 256, 2) == 4      # each slice keeps one whole chunk
     assert skinny.slices(40, 99, 64, 256, 2) == 1
@@ -121,9 +121,11 @@ def test_a_call_with_out_records_into_a_graph(m):
 
 @pytest.mark.parametrize("m", [1, 3])
 def test_a_split_k_call_with_a_workspace_records_into_a_graph(m):
-    """N = 40 over K = 1024 splits K (4 slices): with ``out=`` and a workspace from
+    """N = 40 over K = 1024 splits K (4 slices) for M = 3 (M = 1 takes the one-launch GEMV
+    by default, the workspace sized for its split configs): with ``out=`` and a workspace from
     ``matmul_workspace`` the call allocates nothing, records into a graph and each replay
-    recomputes the product; a workspace too small is refused naming the size needed."""
+    recomputes the product; a workspace too small for a split is refused naming the size
+    needed."""
     from tilesafe.kernels import matmul_workspace
     a, b = _operands(m, 40, 1024, "bfloat16", seed=30 + m)
     at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
@@ -135,6 +137,8 @@ def test_a_split_k_call_with_a_workspace_records_into_a_graph(m):
     assert np.all(out.numpy().astype(np.float32) == 0)  # recorded, not run
     graph.replay()
     _assert_close(out.numpy(), a, b.T, "bfloat16")
+    if m == 1:
+        return
     with pytest.raises(ts.ArgumentError, match=r"workspace holds 3 float32 values; this call "
                        r"needs \d+"):
         matmul(at, bt, out=out, workspace=ts.zeros(3).sync())
@@ -168,7 +172,9 @@ def test_one_row_through_the_mma_path():
     at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
     out = Output(None, (1, 40), ts.float16, at.device)
     r = skinny.launch_skinny(at, bt.T, out, None, None).sync()
-    assert r.z.tile_shape == (skinny.MMA_ROWS, skinny.MERGE_COLUMNS)  # the merge's tiles
+    count = skinny.slices(40, 1024, 64, 256, 1)  # the first config's split
+    assert count > 1 and r.z.tile_shape == (skinny.MMA_ROWS, min(  # the merge's tiles
+        skinny.MERGE_COLUMNS, skinny.MERGE_VALUES // (count * skinny.MMA_ROWS)))
     _assert_close(out.tensor(r.z).numpy(), a, b.T, "float16")
 
 
@@ -287,3 +293,15 @@ def test_scaled_misuse_is_refused():
              r"scaled_matmul: scale_b is float16 of shape \(1,\)")
     _refused(lambda: scaled_matmul(a8, w8, 0.5, sb),
              "scaled_matmul: scale_a must be a tilesafe tensor, got float")
+
+
+@pytest.mark.parametrize("index", range(len(skinny.GEMV_CONFIGS)))
+def test_every_gemv_config_matches_float64(index):
+    """Each GEMV config the tuner may pick, the 2-D one-launch kernel and split-K with its
+    merge alike, on a product whose K splits (and whose N is no multiple of 64)."""
+    config = skinny.GEMV_CONFIGS[index]
+    a, b = _operands(1, 200, 2048, "bfloat16", seed=20 + index)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = Output(None, (1, 200), ts.bfloat16, at.device)
+    r = skinny.launch_gemv.fn(at, bt.T, out, None, None, config=config).sync()
+    _assert_close(out.tensor(r.z).numpy(), a, b.T, "bfloat16")

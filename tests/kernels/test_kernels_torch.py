@@ -145,3 +145,27 @@ def test_threads_releasing_marks_hand_each_back_once():
     assert not errors and not stream._marks
     for t in targets:
         assert np.array_equal(t.numpy(), np.full((2, 4), 3.0, np.float32))
+
+
+def test_workspaces_for_torch_operands_are_torch_tensors_the_calls_take():
+    import tilesafe.kernels as K
+    x = torch.randn(1, 512, dtype=torch.bfloat16)
+    w = torch.randn(40, 512, dtype=torch.bfloat16)
+    work = K.matmul_workspace(x, w)
+    assert isinstance(work, torch.Tensor) and work.dtype == torch.float32
+    y = torch.full((1, 40), float("nan"), dtype=torch.bfloat16)
+    assert K.matmul(x, w, out=y, workspace=work) is y
+    want = x.double() @ w.double().t()
+    assert float((y.double() - want).abs().max()) <= 2 ** -7 * float(want.abs().max())
+    q = torch.randn(1, 4, 64, dtype=torch.bfloat16)
+    k_cache = torch.randn(1, 2, 32, 64, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    lens = torch.tensor([20], dtype=torch.int32)
+    work = K.decode_attention_workspace(q, k_cache)
+    assert isinstance(work, torch.Tensor) and work.dtype == torch.float32
+    out = torch.full_like(q, float("nan"))
+    assert K.decode_attention(q, k_cache, v_cache, lens, out=out, workspace=work) is out
+    group = q.double().view(2, 2, 64)
+    scores = torch.einsum("hgd,hnd->hgn", group, k_cache[0, :, :20].double()) / 8.0
+    want = torch.einsum("hgn,hnd->hgd", scores.softmax(-1), v_cache[0, :, :20].double())
+    assert float((out.double().view(2, 2, 64) - want).abs().max()) < 2e-2

@@ -66,6 +66,26 @@ def accepts_torch(fn: Callable[..., DeviceOp]) -> Callable[..., Any]:
     return call
 
 
+def workspace_accepts_torch(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a workspace constructor: tensors in, a lazy ``empty`` out) that also takes torch
+    tensors: they are read through DLPack imports (their shapes and dtypes) and the workspace
+    is a new torch tensor on their device."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        values = (*args, *kwargs.values())
+        found = next((a for a in values if _is_torch_tensor(a)), None)
+        if found is None:
+            return fn(*args, **kwargs)
+        import torch
+
+        def imported(value: Any) -> Any:
+            return from_dlpack(value.detach()) if isinstance(value, torch.Tensor) else value
+        made = fn(*map(imported, args), **{k: imported(v) for k, v in kwargs.items()})
+        return torch.empty(tuple(made.shape), dtype=torch_dtype(made.dtype),
+                           device=found.device)
+    return call
+
+
 def torch_dtype(dtype: DType) -> Any:
     """The torch dtype of a tilesafe one (ArgumentError if torch has none)."""
     import torch

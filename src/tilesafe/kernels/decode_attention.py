@@ -8,9 +8,9 @@ M dimension of its mma) and
 its share of the sequence's key tiles (the tiles are dealt out from the device's length, so
 the work follows the real length, not the cache's capacity), and writes into the scratch tiles
 it owns its normalized partial output and the log2-sum-exp of its scores (``-inf`` and zeros
-for a split with no keys). ``decode_attention_merge_kernel``: program ``b*kv_heads + h``
-combines its splits with an online maximum (a split with no keys weighs zero; a sequence of
-length 0 gives zeros).
+for a split with no keys). ``decode_attention_merge_kernel``: program ``(b*kv_heads + h, c)``
+combines every split of a block of output columns at once, one load of the splits' tiles (a
+split with no keys weighs zero; a sequence of length 0 gives zeros).
 
 May import the host layer, ``kernel``, ``autotune``, ``core`` and ``kernels._*``."""
 
@@ -29,6 +29,7 @@ from ..kernel import kernel
 from . import _attention_args as args
 from ._online_softmax import online_softmax_step
 from ._outputs import Output
+from ._torch import accepts_torch, workspace_accepts_torch
 
 OP = "decode_attention"
 #: the streaming multiprocessors assumed where the device cannot say (an H100 SXM has 132)
@@ -97,31 +98,37 @@ def decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
     lse.store((best + tc.log2(total)).reshape((1, G, 1)))
 
 
-@kernel(examples=[{"G": 4, "D": 128, "T": tc.f16}])
-def decode_attention_merge_kernel(o: tc.MutTensor["T", (1, "G", "D")],
-                                  parts: tc.Tensor[tc.f32, (-1, -1, "D")],
-                                  lses: tc.Tensor[tc.f32, (-1, -1, 1)]):
-    """Row ``bh`` of the output: the splits' partial outputs (``parts``, ``(batch*kv_heads,
-    splits*G, D)``) weighed by their log2-sum-exps (``lses``, ``(batch*kv_heads, splits*G,
-    1)``)."""
-    bh, _, _ = tc.get_tile_block_id()
-    part_tiles = parts.partition((1, G, D))
-    lse_tiles = lses.partition((1, G, 1))
-    best = tc.full((G, 1), float("-inf"), tc.f32)
-    total = tc.zeros((G, 1), tc.f32)
-    acc = tc.zeros((G, D), tc.f32)
-    for s in range(tc.num_tiles(part_tiles, 1)):
-        lse = lse_tiles.load((bh, s, 0)).reshape((G, 1))
-        new_best = tc.maximum(best, lse)
-        shift = tc.where(new_best == float("-inf"), 0.0, new_best)  # no keys yet: weights 0
-        alpha = tc.exp2(best - shift)
-        weight = tc.exp2(lse - shift)
-        total = total * alpha + weight
-        acc = acc * alpha + weight * part_tiles.load((bh, s, 0)).reshape((G, D))
-        best = new_best
+@kernel(examples=[{"G": 16, "DC": 16, "SP": 16, "T": tc.f16},
+                  {"G": 16, "DC": 64, "SP": 4, "T": tc.bf16}])
+def decode_attention_merge_kernel(o: tc.MutTensor["T", (1, "G", "DC")],
+                                  parts: tc.Tensor[tc.f32, (-1, -1, -1)],
+                                  lses: tc.Tensor[tc.f32, (-1, -1, 1)], SP: tc.Const[int]):
+    """Columns ``c*DC..`` of row ``bh`` of the output: the splits' partial outputs (``parts``,
+    ``(batch*kv_heads, splits*G, D)``) weighed by their log2-sum-exps (``lses``,
+    ``(batch*kv_heads, splits*G, 1)``), every split at once (``SP``: the split count rounded
+    up to a power of two; the rows past the splits are padding that weighs zero)."""
+    bh, _, c = tc.get_tile_block_id()
+    lse = lses.partition((1, SP * G, 1), padding=float("-inf")).load((bh, 0, 0))
+    lse = lse.reshape((SP, G, 1))
+    part = parts.partition((1, SP * G, DC), padding=0.0).load((bh, 0, c)).reshape((SP, G, DC))
+    best = tc.reduce_max(lse, 0, keepdims=True)
+    shift = tc.where(best == float("-inf"), 0.0, best)  # no keys in any split: weights 0
+    weight = tc.exp2(lse - shift)
+    total = tc.reduce_sum(weight, 0)
+    acc = tc.reduce_sum(weight * part, 0)
     has_keys = total > 0.0
     merged = tc.where(has_keys, acc * (1.0 / tc.where(has_keys, total, 1.0)), 0.0)
-    o.store(merged.astype(T).reshape((1, G, D)))
+    o.store(merged.astype(T).reshape((1, G, DC)))
+
+
+#: the most float32 values of one merge program's (splits, rows, columns) tile
+MERGE_TILE = 4096
+
+
+def merge_columns(splits: int, rows: int, d: int) -> int:
+    """Output columns per merge program: its (splits rounded up, rows, columns) tile holds at
+    most :data:`MERGE_TILE` values (a power of two dividing ``d``)."""
+    return max(1, min(d, MERGE_TILE // (args.next_power_of_two(splits) * rows)))
 
 
 def sm_count(device: Any) -> int:
@@ -190,7 +197,10 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
     block = config["BN"]
     splits = num_splits or choose_splits(programs, max_len, block, sm_count(q3.device))
     g = group_rows(group)
-    target = args.output_partition(OP, out, shape, q3.shape, (1, g, d), q3.dtype, q3.device)
+    columns = merge_columns(splits, g, d)
+    padded = args.next_power_of_two(splits)
+    target = args.output_partition(OP, out, shape, q3.shape, (1, g, columns), q3.dtype,
+                                   q3.device)
     if workspace is not None:  # the partials in the caller's memory: recordable into graphs
         need = programs * splits * g * (d + 1)
         if workspace.size < need:
@@ -203,7 +213,8 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
         partial = _partial_for(config.get("hints"))(
             borrow_mut(parts_t).partition((1, g, d)), borrow_mut(lses_t).partition((1, g, 1)),
             q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
-        return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t)
+        return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t,
+                                                                      SP=padded)
                             ).then(lambda r: out if out is not None else
                                    r.o.unpartition().reshape(shape))
     parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
@@ -215,12 +226,13 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
 
     def merge(result: Any) -> DeviceOp:
         return decode_attention_merge_kernel(target, result.o.unpartition(),
-                                             result.lse.unpartition())
+                                             result.lse.unpartition(), SP=padded)
 
     return partial.then(merge).then(
         lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
+@workspace_accepts_torch
 def decode_attention_workspace(q: Tensor, k_cache: Tensor, *,
                                num_splits: Optional[int] = None) -> Any:
     """A float32 scratch tensor (a lazy constructor: ``.sync()`` it) large enough for
@@ -234,6 +246,7 @@ def decode_attention_workspace(q: Tensor, k_cache: Tensor, *,
     return empty((programs * splits * g * (d + 1),), float32, device=q.device)
 
 
+@accepts_torch
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tensor, *,
                      scale: Optional[float] = None, num_splits: Optional[int] = None,
                      out: Optional[Tensor] = None,

@@ -12,12 +12,18 @@ Each program owns a block of ``BN`` output columns for all M rows and loops over
   (zeros, which add nothing). Elementwise work would grow with M up to the whole f32 rate at
   M = 16, while the tensor cores do the padded product for free next to the memory time.
 
-When ``N / BN`` programs are too few to keep every SM streaming, K is split into ``S`` slices
-(split-K): the operands are viewed as ``(S, ...)`` stacks of K-slices (views, no copies, so
+At M = 1 the default is ``gemv_rows``: the 2-D operands, one program per ``BN`` columns over
+all of K, writing the output directly (one launch). The 3-D stacked form below with a single
+slice compiles on sm_90 to code that streams 10-20x slower (0.13 against 2.8 TB/s for a
+151936 x 1024 weight on the H100), so the stacked kernels always take ``S >= 2`` slices
+where K allows it, more when ``N / BN`` programs are too few to keep every SM streaming.
+
+Split-K: the operands are viewed as ``(S, ...)`` stacks of K-slices (views, no copies, so
 each slice's edge tile is padded within the slice), program ``(s, j)`` writes its f32 partial
 product into row block ``s`` of a workspace, and a second launch sums the slices (and applies
-the scales of ``scaled_matmul``) into the output. With ``S = 1`` the first launch writes the
-output directly.
+the scales of ``scaled_matmul``) into the output, loading every slice's tile at once (one
+round trip to memory, not one per slice). Where K allows no split (``S = 1``) the first
+launch writes the output directly.
 
 May import the host and device languages, ``errors`` and ``autotune``; knows nothing of the
 public functions in ``kernels.matmul``.
@@ -40,8 +46,12 @@ from ._outputs import Output
 SM_COUNT = 132
 #: rows of the mma path's tiles (the rows of a padded to this many)
 MMA_ROWS = 16
-#: columns per program of the merge launch
+#: the most columns per program of the merge launch
 MERGE_COLUMNS = 128
+#: the most float32 values one merge program loads (all its slices' tiles at once)
+MERGE_VALUES = 4096
+#: the fewest K-slices wherever K allows them (module docstring)
+MIN_SLICES = 2
 
 
 # -- device code --------------------------------------------------------------------------------
@@ -100,38 +110,48 @@ def gemv(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, 1, -1)],
     z.store(_slice_dot(x, w, s, j, BN, BK).astype(z.dtype))
 
 
-@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS}])
-def merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)]):
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512}])
+def gemv_rows(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -1)],
+              w: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
+    """``z`` = rows ``j*BN..`` of the weight ``w`` (N, K) times the one row of ``x`` (1, K),
+    elementwise into an f32 (BN, BK) accumulator reduced once at the end (no split)."""
+    _, j, _ = tc.get_tile_block_id()
+    px, pw = x.partition((1, BK)), w.partition((BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 1)):
+        acc = acc + pw.load((j, k)).astype(tc.f32) * px.load((0, k)).astype(tc.f32)
+    z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
+
+
+@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS, "SP": 4}])
+def merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)],
+                 SP: tc.Const[int]):
     i, j, _ = tc.get_tile_block_id()
-    pp = parts.partition((1, BM, BN))
-    acc = tc.zeros((BM, BN), tc.f32)
-    for s in range(tc.num_tiles(pp, 0)):
-        acc = acc + pp.load((s, i, j)).reshape((BM, BN))
-    z.store(acc.astype(z.dtype))
+    tiles = parts.partition((SP, BM, BN), padding=0.0)  # every slice in one load
+    z.store(tc.reduce_sum(tiles.load((0, i, j)), 0).astype(z.dtype))
 
 
-@_make_kernel(examples=[{"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS}])
+@_make_kernel(examples=[{"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS, "SP": 4}])
 def merge_slices_scaled(z: tc.MutTensor["TO", ("BM", "BN")],
                         parts: tc.Tensor[tc.f32, (-1, -1, -1)],
-                        scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)]):
+                        scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)],
+                        SP: tc.Const[int]):
     i, j, _ = tc.get_tile_block_id()
-    pp = parts.partition((1, BM, BN))
-    acc = tc.zeros((BM, BN), tc.f32)
-    for s in range(tc.num_tiles(pp, 0)):
-        acc = acc + pp.load((s, i, j)).reshape((BM, BN))
+    tiles = parts.partition((SP, BM, BN), padding=0.0)
+    acc = tc.reduce_sum(tiles.load((0, i, j)), 0)
     z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
 # -- planning -----------------------------------------------------------------------------------
 
 def slices(n: int, k: int, bn: int, bk: int, waves: int) -> int:
-    """How many K-slices: the smallest power of two giving at least ``waves`` programs per SM
-    (``ceil(n / bn)`` column blocks per slice), as long as each slice still holds a whole
-    ``bk`` chunk and starts 16-element aligned (``k`` divisible by ``16 * slices``);
-    1 when ``k`` does not allow a split."""
+    """How many K-slices: the smallest power of two, at least 2 (module docstring), giving at
+    least ``waves`` programs per SM (``ceil(n / bn)`` column blocks per slice), as long as
+    each slice still holds a whole ``bk`` chunk and starts 16-element aligned (``k``
+    divisible by ``16 * slices``); 1 when ``k`` does not allow a split."""
     blocks = -(-n // bn)
     count = 1
-    while blocks * count < waves * SM_COUNT:
+    while count < MIN_SLICES or blocks * count < waves * SM_COUNT:
         nxt = count * 2
         if k % (16 * nxt) or k // nxt < bk:
             break
@@ -159,6 +179,8 @@ def workspace_size(m: int, n: int, k: int, itemsize: int) -> int:
     most = 0
     for configs, rows in ((GEMV_CONFIGS, 1), (SKINNY_CONFIGS, MMA_ROWS)):
         for config in configs:
+            if config.get("slices") == 1:
+                continue
             bk = int(config["BK"]) * max(1, 2 // itemsize)
             count = slices(n, k, int(config["BN"]), bk, int(config["waves"]))
             if count > 1:
@@ -177,7 +199,10 @@ def problem_key(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any) -> tupl
             scale_a is not None)
 
 
-#: (BN, BK, waves): columns per program, K chunk, programs per SM wanted before splitting K
+#: (BN, BK, waves[, occupancy][, slices]): columns per program, K chunk, programs per SM wanted
+#: before splitting K further, the kernel's occupancy hint, and ``"slices": 1`` for the M = 1
+#: kernel of 2-D operands with no split (``gemv_rows``) (CTAs per SM tileiras plans registers
+#: for; without it sm_90 code takes 255 registers a thread and one or two CTAs per SM)
 SKINNY_CONFIGS = (  # (the H100, bf16 16 x 4096 x 4096: 0.64 of the copy rate first, 0.54 next)
     {"BN": 64, "BK": 256, "waves": 1},
     {"BN": 64, "BK": 256, "waves": 2},
@@ -185,25 +210,52 @@ SKINNY_CONFIGS = (  # (the H100, bf16 16 x 4096 x 4096: 0.64 of the copy rate fi
     {"BN": 64, "BK": 128, "waves": 4},
     {"BN": 128, "BK": 128, "waves": 2},
     {"BN": 32, "BK": 512, "waves": 2},
+    {"BN": 64, "BK": 128, "waves": 2, "occupancy": 2},
 )
-GEMV_CONFIGS = (  # (the H100, bf16 1 x 4096 x 4096: 0.61 of the copy rate first, 0.60 next)
-    {"BN": 64, "BK": 256, "waves": 1},
-    {"BN": 32, "BK": 256, "waves": 2},
-    {"BN": 64, "BK": 128, "waves": 2},
-    {"BN": 16, "BK": 512, "waves": 2},
-    {"BN": 32, "BK": 256, "waves": 4},
+# (the H100, bf16, two slices: 64/128 with occupancy 2 streams a 151936 x 1024 weight at 2.83
+# TB/s and 151936 x 2560 at 3.01, torch's cuBLAS 2.80 and 2.86; 32/256 with occupancy 2 or 4
+# leads on the small layers, 1.2 TB/s at 3072 x 1024, 2.0-3.0 at 9728 x 2560 and 4096^2)
+# The 2-D kernel with no split (``"slices": 1``) streams as fast as two slices or faster at
+# every decode shape measured (H100, bf16, 16/512 with occupancy 2: 3.06 TB/s at 151936 x 2560,
+# 2.58 at 19456 x 2560, 2.33 at 6144 x 2560, 2.47 at 2560 x 4096, 2.39 at 2560 x 9728) and
+# needs no merge launch; split-K stays a config for few, long rows.
+GEMV_CONFIGS = (
+    {"BN": 16, "BK": 512, "slices": 1, "occupancy": 2},
+    {"BN": 32, "BK": 256, "slices": 1, "occupancy": 2},
+    {"BN": 64, "BK": 128, "slices": 1, "occupancy": 2},
+    {"BN": 32, "BK": 256, "slices": 1},
+    {"BN": 16, "BK": 512, "slices": 1, "occupancy": 4},
+    {"BN": 32, "BK": 256, "waves": 2, "occupancy": 2},
+    {"BN": 64, "BK": 128, "waves": 2, "occupancy": 2},
 )
+
+_VARIANTS: dict = {}
+
+
+def with_occupancy(kern: Any, config: dict) -> Any:
+    """``kern``, or its variant compiled with the config's occupancy hint (made once)."""
+    occupancy = config.get("occupancy")
+    if occupancy is None:
+        return kern
+    key = (kern.name, int(occupancy))
+    found = _VARIANTS.get(key)
+    if found is None:
+        found = _VARIANTS[key] = _make_kernel(kern.fn,
+                                              hints={"default": {"occupancy": int(occupancy)}})
+    return found
 
 
 def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,
            scales: Optional[tuple]) -> Any:
     """The second launch: the ``count`` slices of the workspace summed into ``out``."""
+    columns = min(MERGE_COLUMNS, max(16, MERGE_VALUES // (count * rows)))
+
     def merge(result: Any) -> Any:
         parts = workspace.tensor(result.z).reshape(count, rows, n)
-        target = out.partition((rows, MERGE_COLUMNS))
+        target = out.partition((rows, columns))
         if scales is None:
-            return merge_slices(target, parts)
-        return merge_slices_scaled(target, parts, *scales)
+            return merge_slices(target, parts, SP=count)
+        return merge_slices_scaled(target, parts, *scales, SP=count)
     return parts_op.then(merge)
 
 
@@ -218,6 +270,8 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     m, k = a.shape
     n = b_kn.shape[1]
     bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
+    if elementwise and config.get("slices") == 1:  # one launch, straight into the output
+        return with_occupancy(gemv_rows, config)(out.partition((1, bn)), a, b_kn.T, BK=bk)
     count = slices(n, k, bn, bk, int(config["waves"]))
     rows = 1 if elementwise else MMA_ROWS
     # the workspace is an output of the call: allocated by torch for a call with torch tensors
@@ -240,11 +294,13 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     target = workspace.partition((rows, bn))
     a_slices = _k_slices(a, count)
     if elementwise:
-        op = gemv(target, a_slices, _k_slices(b_kn.T, count), BK=bk)
+        op = with_occupancy(gemv, config)(target, a_slices, _k_slices(b_kn.T, count), BK=bk)
     elif scales is None or count > 1:
-        op = skinny_mma(target, a_slices, _slices_kn(b_kn, count), BK=bk)
+        op = with_occupancy(skinny_mma, config)(target, a_slices, _slices_kn(b_kn, count),
+                                                BK=bk)
     else:
-        op = skinny_mma_scaled(target, a_slices, _slices_kn(b_kn, count), *scales, BK=bk)
+        op = with_occupancy(skinny_mma_scaled, config)(target, a_slices,
+                                                       _slices_kn(b_kn, count), *scales, BK=bk)
     if count == 1:
         return op
     return _merge(op, workspace, out, rows, count, n, scales)
@@ -260,7 +316,7 @@ def launch_skinny(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
     return launches(a, b_kn, out, scales, config, elementwise=False)
 
 
-@autotune(configs=GEMV_CONFIGS, key=problem_key, kernels=(gemv, merge_slices),
+@autotune(configs=GEMV_CONFIGS, key=problem_key, kernels=(gemv_rows, gemv, merge_slices),
           name="tilesafe.kernels.matmul.gemv")
 def launch_gemv(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any, *,
                 config: dict) -> Any:

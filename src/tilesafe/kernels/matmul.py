@@ -42,7 +42,7 @@ from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
 from .gemv import scale_product
 from ._outputs import Output
-from ._torch import accepts_torch
+from ._torch import accepts_torch, workspace_accepts_torch
 
 __all__ = ["matmul", "scaled_matmul"]
 
@@ -377,6 +377,7 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
     return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace)
 
 
+@workspace_accepts_torch
 def matmul_workspace(a: Any, b: Any, *, b_layout: str = "nk") -> Any:
     """A float32 scratch tensor (a lazy constructor: ``.sync()`` it) large enough for
     ``matmul(a, b, workspace=...)`` (and ``scaled_matmul``) whatever config the tuner picks;
