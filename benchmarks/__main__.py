@@ -2,6 +2,7 @@
 
     python -m benchmarks all --out benchmarks/results/h100-2026-11-22
     python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention kernels
+                         decode
                          [--quick]
                          [--device cuda:0] [--out DIR]
     python -m benchmarks summary DIR      (the Markdown headline tables of a results DIR)
@@ -18,7 +19,7 @@ from pathlib import Path
 from . import _harness as h
 
 BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention",
-              "kernels", "grid_dependency")
+              "kernels", "grid_dependency", "decode")
 
 
 def main(argv=None) -> int:
@@ -69,6 +70,9 @@ def main(argv=None) -> int:
             elif name == "grid_dependency":
                 from . import grid_dependency
                 grid_dependency.run(out, args.device, args.quick)
+            elif name == "decode":
+                from . import decode
+                decode.run(out, args.device, args.quick)
             elif name == "kernels":
                 from . import kernels
                 kernels.run(out, args.device, args.quick)

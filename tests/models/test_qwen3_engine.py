@@ -39,7 +39,7 @@ def _hf_logits(model, ids):
 def test_prefill_and_decode_match_transformers(checkpoint):
     engine = Qwen3Engine(checkpoint, max_seq=32)
     reference, hf_bf16 = _hf(checkpoint, torch.float32), _hf(checkpoint, torch.bfloat16)
-    ours = engine.prefill(PROMPT)
+    ours = engine.prefill(PROMPT, all_positions=True)
     want = _hf_logits(reference, PROMPT)
     theirs = _hf_logits(hf_bf16, PROMPT)
     assert ours.shape == want.shape == (len(PROMPT), TINY.vocab_size)

@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     logits = engine.prefill(prompt)
     first = time.perf_counter() - started
-    first_token = int(np.argmax(logits[-1]))
+    first_token = int(np.argmax(logits))
     bar = _bar(args.tokens - 1, "generating", progress)
     started = time.perf_counter()
     tokens = [first_token]

@@ -1,7 +1,10 @@
 """A Qwen3 model run by the kernel library: weights from a checkpoint directory on a device, a
 key/value cache per layer, prefill of a prompt and decode steps of one token per sequence.
 
-Every layer runs through ``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm``
+The q, k and v projections are loaded as one matrix (their rows stacked), and so are the gate
+and up projections: the decode step runs one GEMV for each group (the prefill multiplies by
+row views of them). Every layer runs through ``tilesafe.kernels`` (safe kernels only):
+``embedding``, ``rms_norm``
 (also the per-head q/k norms), ``matmul``, ``rope``, ``kv_cache_update`` (an indexed partition:
 the writes at the sequence's slots are proven distinct), ``flash_attention`` (prefill),
 ``decode_attention``, ``add_rms_norm``, ``silu_mul``, ``argmax``.
@@ -36,6 +39,28 @@ from .config import Qwen3Config
 from .weights import weight_shapes
 
 
+#: matrices loaded as one, their parts' rows stacked (one GEMV instead of three or two in the
+#: decode step): the engine's name and its parts' checkpoint names, within a layer
+FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                       "self_attn.v_proj.weight"),
+         "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
+
+
+def _load_plan(config: Qwen3Config) -> list[tuple[str, list[str]]]:
+    """``(engine weight name, checkpoint names stacked into it)`` for every weight."""
+    plan = []
+    for name, _ in weight_shapes(config):
+        stem, _, local = name.partition("layers.")
+        layer, _, within = local.partition(".")
+        for fused, parts in FUSED.items():
+            if within == parts[0]:
+                prefix = f"{stem}layers.{layer}."
+                plan.append((prefix + fused, [prefix + part for part in parts]))
+        if not any(within in parts for parts in FUSED.values()):
+            plan.append((name, [name]))
+    return plan
+
+
 class Qwen3Engine:
     """A Qwen3 model on ``device`` in ``dtype`` (bfloat16 or float16), with room for
     ``max_seq`` positions of one sequence.
@@ -64,10 +89,12 @@ class Qwen3Engine:
         checkpoint = Checkpoint(directory)
         checkpoint.check(weight_shapes(config))
         from tqdm import tqdm
-        names = [name for name, _ in weight_shapes(config)]
-        self.weights = {name: self._upload(checkpoint.get(name))
-                        for name in tqdm(names, desc="loading", unit="weight",
-                                         disable=not progress, dynamic_ncols=True)}
+        self.weights = {}
+        for name, sources in tqdm(_load_plan(config), desc="loading", unit="weight",
+                                  disable=not progress, dynamic_ncols=True):
+            arrays = [checkpoint.get(source) for source in sources]
+            self.weights[name] = self._upload(arrays[0] if len(arrays) == 1
+                                              else np.concatenate(arrays, axis=0))
         if config.tie_word_embeddings:
             self.weights["lm_head.weight"] = self.weights["model.embed_tokens.weight"]
         self.rope_table = K.rope_cache(self.max_seq, config.head_dim, base=config.rope_theta,
@@ -84,11 +111,16 @@ class Qwen3Engine:
         return tensor(host, device=self.device).sync()
 
     # -- the model --------------------------------------------------------------------------
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+    def prefill(self, ids: Sequence[int], *, all_positions: bool = False) -> np.ndarray:
         """Run the prompt ``ids`` from position 0 (the cache is reset) and return the logits of
-        every position, ``(len(ids), vocab)`` float32."""
+        its last position, ``(vocab,)`` float32, or with ``all_positions`` of every position,
+        ``(len(ids), vocab)``."""
+        if not len(ids):
+            raise ArgumentError("Qwen3Engine.prefill: the prompt has no token",
+                                hint="pass at least one token id")
         self.length = 0
-        return self._forward(list(ids))
+        logits = self._forward(list(ids), all_positions)
+        return logits if all_positions else logits[-1]
 
     def decode(self, token: int) -> np.ndarray:
         """Append one token at the next position (a replay of the recorded decode step);
@@ -121,7 +153,7 @@ class Qwen3Engine:
             raise ArgumentError(f"Qwen3Engine: {len(ids) + steps} positions exceed max_seq "
                                 f"{self.max_seq}", hint="make the engine with a larger max_seq")
         logits = self.prefill(ids)
-        return self.greedy(int(np.argmax(logits[-1])), steps)[:steps]
+        return self.greedy(int(np.argmax(logits)), steps)[:steps]
 
     def greedy(self, token: int, steps: int, chunk: int = 64) -> list[int]:
         """``token`` (at the next position) and the ``steps - 1`` greedy tokens after it: the
@@ -148,7 +180,7 @@ class Qwen3Engine:
         step.at = self.length
         return out + [int(t) for t in made]
 
-    def _forward(self, ids: list[int]) -> np.ndarray:
+    def _forward(self, ids: list[int], all_positions: bool) -> np.ndarray:
         c, w = self.config, self.weights
         t, start = len(ids), self.length
         if start + t > self.max_seq:
@@ -162,9 +194,10 @@ class Qwen3Engine:
         h = K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=c.rms_norm_eps).sync()
         for layer in range(c.num_hidden_layers):
             at = f"model.layers.{layer}."
-            q = K.matmul(h, w[at + "self_attn.q_proj.weight"]).sync()
-            k = K.matmul(h, w[at + "self_attn.k_proj.weight"]).sync()
-            v = K.matmul(h, w[at + "self_attn.v_proj.weight"]).sync()
+            qkv = w[at + "self_attn.qkv_proj.weight"]  # (the rows of q, k and v: views)
+            q = K.matmul(h, qkv[:hq * d]).sync()
+            k = K.matmul(h, qkv[hq * d:(hq + hkv) * d]).sync()
+            v = K.matmul(h, qkv[(hq + hkv) * d:]).sync()
             q = K.rms_norm(q.reshape(t * hq, d), w[at + "self_attn.q_norm.weight"],
                            eps=c.rms_norm_eps).sync().reshape(t, hq, d)
             k = K.rms_norm(k.reshape(t * hkv, d), w[at + "self_attn.k_norm.weight"],
@@ -181,14 +214,15 @@ class Qwen3Engine:
             o = K.matmul(attended.reshape(t, hq * d), w[at + "self_attn.o_proj.weight"]).sync()
             h, x = K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                   eps=c.rms_norm_eps).sync()
-            gate = K.matmul(h, w[at + "mlp.gate_proj.weight"]).sync()
-            up = K.matmul(h, w[at + "mlp.up_proj.weight"]).sync()
+            gate_up = w[at + "mlp.gate_up_proj.weight"]  # (two row views: two GEMMs)
+            gate = K.matmul(h, gate_up[:c.intermediate_size]).sync()
+            up = K.matmul(h, gate_up[c.intermediate_size:]).sync()
             act = K.silu_mul(gate, up).sync()
             mlp = K.matmul(act, w[at + "mlp.down_proj.weight"]).sync()
             following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                          if layer + 1 < c.num_hidden_layers else "model.norm.weight")
             h, x = K.add_rms_norm(mlp, x, w[following], eps=c.rms_norm_eps).sync()
-        logits = K.matmul(h, w["lm_head.weight"]).sync()
+        logits = K.matmul(h if all_positions else h[t - 1:], w["lm_head.weight"]).sync()
         self.length = start + t
         return logits.numpy().astype(np.float32)
 
@@ -225,12 +259,15 @@ class _DecodeStep:
         self.length = zeros((1,), int32, device=dev).sync()
         self.at = -1  # the engine length the device position and length stand for
         x, h, o, mlp = (buffer(1, hid) for _ in range(4))
-        q, k, v = buffer(1, hq * d), buffer(1, hkv * d), buffer(1, hkv * d)
+        qkv = buffer(1, (hq + 2 * hkv) * d)
+        q = qkv[:, :hq * d].reshape(hq, d)
+        k = qkv[:, hq * d:(hq + hkv) * d].reshape(hkv, d)
+        v = qkv[:, (hq + hkv) * d:].reshape(1, hkv, d)
         qn, kn = buffer(hq, d), buffer(hkv, d)
         attended = buffer(1, hq, d)
-        gate, up, act = (buffer(1, c.intermediate_size) for _ in range(3))
+        gate_up, act = buffer(1, 2 * c.intermediate_size), buffer(1, c.intermediate_size)
         self.logits = buffer(1, c.vocab_size)
-        shapes = {(hq * d, hid), (hkv * d, hid), (hid, hq * d), (c.intermediate_size, hid),
+        shapes = {((hq + 2 * hkv) * d, hid), (hid, hq * d), (2 * c.intermediate_size, hid),
                   (hid, c.intermediate_size), (c.vocab_size, hid)}
         size = max(workspace_size(1, n, k_, dt.itemsize) for n, k_ in shapes)
         mm_work = buffer(max(1, size), dtype=float32)
@@ -248,17 +285,13 @@ class _DecodeStep:
             for layer in range(c.num_hidden_layers):
                 at = f"model.layers.{layer}."
                 cache_k, cache_v = engine.cache[layer]
-                graph.record(mm(h, at + "self_attn.q_proj.weight", q))
-                graph.record(mm(h, at + "self_attn.k_proj.weight", k))
-                graph.record(mm(h, at + "self_attn.v_proj.weight", v))
-                graph.record(K.rms_norm(q.reshape(hq, d), w[at + "self_attn.q_norm.weight"],
-                                        eps=eps, out=qn))
-                graph.record(K.rms_norm(k.reshape(hkv, d), w[at + "self_attn.k_norm.weight"],
-                                        eps=eps, out=kn))
+                graph.record(mm(h, at + "self_attn.qkv_proj.weight", qkv))
+                graph.record(K.rms_norm(q, w[at + "self_attn.q_norm.weight"], eps=eps, out=qn))
+                graph.record(K.rms_norm(k, w[at + "self_attn.k_norm.weight"], eps=eps, out=kn))
                 graph.record(K.rope(qn.reshape(1, hq, d), kn.reshape(1, hkv, d),
                                     engine.rope_table, self.position))
                 graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(1, hkv, d),
-                                               v.reshape(1, hkv, d), self.position,
+                                               v, self.position,
                                                workspace=kv_work))
                 graph.record(K.decode_attention(qn.reshape(1, hq, d), cache_k, cache_v,
                                                 self.length, out=attended,
@@ -266,9 +299,8 @@ class _DecodeStep:
                 graph.record(mm(attended.reshape(1, hq * d), at + "self_attn.o_proj.weight", o))
                 graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                             eps=eps, out=h))
-                graph.record(mm(h, at + "mlp.gate_proj.weight", gate))
-                graph.record(mm(h, at + "mlp.up_proj.weight", up))
-                graph.record(K.silu_mul(gate, up, out=act))
+                graph.record(mm(h, at + "mlp.gate_up_proj.weight", gate_up))
+                graph.record(K.silu_mul(gate_up, out=act))
                 graph.record(mm(act, at + "mlp.down_proj.weight", mlp))
                 following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                              if layer + 1 < c.num_hidden_layers else "model.norm.weight")
