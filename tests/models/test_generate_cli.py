@@ -31,9 +31,39 @@ def test_generate_reports_and_matches_transformers(checkpoint, capsys):
     assert "roofline   n/a (measured on a GPU only)" in out
 
 
+def test_a_batch_generates_and_each_sequence_matches_transformers(checkpoint, capsys):
+    pytest.importorskip("transformers")
+    status = main(["generate", "--model", str(checkpoint), "--prompt-tokens", "5",
+                   "--tokens", "4", "--batch", "3", "--quiet", "--check"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "5 tokens x 3 sequence(s)" in out and "tokens/s per sequence" in out
+    assert "tokens     [2]" in out and "greedy tokens match transformers'" in out
+
+
+def test_sampling_from_the_command_line(checkpoint, capsys):
+    args = ["generate", "--model", str(checkpoint), "--prompt-tokens", "5", "--tokens", "6",
+            "--batch", "2", "--quiet", "--temperature", "0.8", "--top-k", "16",
+            "--top-p", "0.9", "--sample-seed", "3"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "sampled: temperature 0.8, top-k 16, top-p 0.9" in first
+    assert main(args) == 0
+    again = capsys.readouterr().out
+    tokens = [line for line in first.splitlines() if line.startswith("tokens")]
+    assert tokens and tokens == [line for line in again.splitlines()
+                                 if line.startswith("tokens")]
+
+
 def test_generate_refuses_bad_arguments(checkpoint, capsys):
-    assert main(["generate", "--model", str(checkpoint), "--batch", "2", "--quiet"]) == 1
-    assert "--batch 2: the engine runs batch 1 so far" in capsys.readouterr().err
+    assert main(["generate", "--model", str(checkpoint), "--batch", "33", "--quiet"]) == 1
+    assert "--batch 33: the engine decodes 1 to 32 sequences" in capsys.readouterr().err
+    assert main(["generate", "--model", str(checkpoint), "--temperature", "1", "--check",
+                 "--quiet"]) == 1
+    assert "--check compares greedy tokens" in capsys.readouterr().err
+    assert main(["generate", "--model", str(checkpoint), "--top-k", "999", "--temperature",
+                 "1", "--quiet", "--tokens", "2", "--prompt-tokens", "2"]) == 1
+    assert "top_k=999 must be an int in [0, 256]" in capsys.readouterr().err
     assert main(["generate", "--model", str(checkpoint.parent / "missing"), "--quiet"]) == 1
     assert "config.json: no such file" in capsys.readouterr().err
 

@@ -58,7 +58,81 @@ def test_prefill_and_decode_match_transformers(checkpoint):
         their_error = np.abs(theirs - want).max() / scale
         assert our_error <= 2 * their_error + 2 ** -8, (our_error, their_error)
         assert int(np.argmax(ours[-1])) == int(np.argmax(want[-1]))
-    graph = engine._step.graph  # one recorded step, replayed for every token
+    (step,) = engine._steps.values()  # one recorded step, replayed for every token
+    graph = step.graph
     assert len(graph.nodes) > 10 * TINY.num_hidden_layers
     # replayed back to back, the argmax kept on the device: the same greedy tokens
     assert engine.generate(PROMPT, 4) == tokens[len(PROMPT):] + [int(np.argmax(ours[-1]))]
+
+
+def _hf_greedy(model, ids, steps):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=steps, min_new_tokens=steps,
+                             do_sample=False, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def test_a_batch_of_prompts_of_different_lengths_decodes_as_each_alone(checkpoint):
+    """Three prompts of different lengths in one batch: each sequence's cache row, position
+    and length are its own, and its greedy tokens are transformers' (float32) for that prompt
+    alone."""
+    prompts = [PROMPT, [5, 9, 31, 77], [100, 2, 8, 64, 12, 45, 3, 19, 27]]
+    engine = Qwen3Engine(checkpoint, max_seq=32, batch=3)
+    made = engine.generate(prompts, 5)
+    reference = _hf(checkpoint, torch.float32)
+    assert made == [_hf_greedy(reference, p, 5) for p in prompts]
+    assert engine.lengths == [len(p) + 4 for p in prompts]
+
+
+def test_sampled_decoding_draws_each_token_from_its_own_stream(checkpoint):
+    """Sampling in the recorded step: the same seed gives the same tokens, another seed other
+    tokens, and token ``g`` of sequence ``b`` is ``sample`` of the logits it follows with
+    random stream ``batch * g + b`` (checked by feeding the tokens back, teacher-forced)."""
+    import tilesafe as ts
+    import tilesafe.kernels as K
+    prompts = [PROMPT, [5, 9, 31, 77]]
+    options = dict(temperature=0.9, top_k=20, top_p=0.9, seed=1234)
+    engine = Qwen3Engine(checkpoint, max_seq=32, batch=2)
+    made = engine.generate(prompts, 5, **options)
+    assert engine.generate(prompts, 5, **options) == made
+    assert engine.generate(prompts, 5, **dict(options, seed=99)) != made
+    forced = Qwen3Engine(checkpoint, max_seq=32, batch=2)
+    logits = np.stack([forced.prefill(p, sequence=b) for b, p in enumerate(prompts)])
+    for g in range(5):
+        want = K.sample(ts.tensor(logits).sync(), offset=2 * g, **options).sync().numpy()
+        assert [tokens[g] for tokens in made] == want.tolist()
+        logits = forced.decode([tokens[g] for tokens in made])
+
+
+def test_bad_batches_and_prompts_are_refused(checkpoint):
+    from tilesafe.errors import ArgumentError
+    with pytest.raises(ArgumentError, match="batch=0 must be an int in"):
+        Qwen3Engine(checkpoint, batch=0)
+    engine = Qwen3Engine(checkpoint, max_seq=16, batch=2)
+    with pytest.raises(ArgumentError, match="1 prompt\\(s\\) for an engine of batch 2"):
+        engine.generate([PROMPT], 2)
+    with pytest.raises(ArgumentError, match="exceed max_seq 16"):
+        engine.generate([PROMPT, PROMPT], 10)
+    with pytest.raises(ArgumentError, match="1 token\\(s\\) for 2 sequence"):
+        engine.decode(3)
+    with pytest.raises(ArgumentError, match="sequence=2 is not in"):
+        engine.prefill(PROMPT, sequence=2)
+
+
+def test_every_kernel_on_the_engines_path_is_safe(checkpoint):
+    """No kernel the decode step launches, and none the library defines, turns a check off
+    or takes raw pointers (``Kernel.is_unsafe``)."""
+    import importlib
+    import pkgutil
+
+    import tilesafe.kernels
+    from tilesafe.kernel import Kernel
+    engine = Qwen3Engine(checkpoint, max_seq=16, batch=2)
+    engine.generate([PROMPT, PROMPT[:3]], 2, temperature=1.0, top_k=8)
+    launched = {node.kernel for step in engine._steps.values() for node in step.graph.nodes}
+    assert len(launched) > 8 and not [k.name for k in launched if k.is_unsafe]
+    defined = []
+    for info in pkgutil.iter_modules(tilesafe.kernels.__path__):
+        module = importlib.import_module(f"tilesafe.kernels.{info.name}")
+        defined += [v for v in vars(module).values() if isinstance(v, Kernel)]
+    assert len(defined) > 20 and not [k.name for k in defined if k.is_unsafe]

@@ -251,6 +251,21 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
     op = "sample"
     logits = _logits(op, logits)
     temperature, top_p = float(temperature), float(top_p)
+    check_options(temperature, top_k, top_p, seed)
+    result = _output(op, out, logits)
+    if temperature == 0:
+        return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
+    offset = _offset(op, offset, logits)
+    top_k = min(int(top_k), logits.shape[1])
+    return _launch_sample(logits, offset, result, int(seed), temperature, top_k,
+                          top_p).then(lambda r: result.tensor(r.out))
+
+
+def check_options(temperature: float, top_k: int, top_p: float, seed: int) -> None:
+    """ArgumentError unless ``sample``'s options are in range (its docstring), e.g. before
+    an engine records them into a decode step."""
+    op = "sample"
+    temperature, top_p = float(temperature), float(top_p)
     if not (temperature >= 0 and np.isfinite(temperature)):
         raise args.fail(op, f"temperature={temperature} must be >= 0 and finite",
                         "pass 0 for greedy decoding or a positive temperature")
@@ -265,13 +280,6 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
     if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise args.fail(op, f"seed={seed!r} must be an int in [0, 2**32)",
                         "pass a non-negative 32-bit seed")
-    result = _output(op, out, logits)
-    if temperature == 0:
-        return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
-    offset = _offset(op, offset, logits)
-    top_k = min(int(top_k), logits.shape[1])
-    return _launch_sample(logits, offset, result, int(seed), temperature, top_k,
-                          top_p).then(lambda r: result.tensor(r.out))
 
 
 def _offset(op: str, offset: Any, logits: Tensor) -> Any:

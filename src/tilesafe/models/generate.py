@@ -22,7 +22,7 @@ from ..errors import ArgumentError, TilesafeError
 from ..host.factory import empty
 from .checkpoint import write_random
 from .qwen3.config import NAMED_CONFIGS, Qwen3Config
-from .qwen3.engine import Qwen3Engine
+from .qwen3.engine import MAX_BATCH, Qwen3Engine, Sampling
 
 
 def add_parser(sub: Any) -> None:
@@ -41,13 +41,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prompt-tokens", type=int, default=512,
                    help="length of the random, seeded prompt (default 512)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens to generate (default 1024)")
-    p.add_argument("--batch", type=int, default=1, help="sequences (only 1 so far)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="sequences decoded together, 1-32 (each its own random prompt; a "
+                   "text prompt is repeated)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 (default): greedy; else sample at this temperature")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k largest logits")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="sample among the top-k tokens holding this much probability")
+    p.add_argument("--sample-seed", type=int, default=0, help="the sampling's seed")
     p.add_argument("--device", default=None, help="cpu or cuda:N (default: the default device)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    p.add_argument("--seed", type=int, default=0, help="the prompt's seed")
+    p.add_argument("--seed", type=int, default=0, help="the random prompts' seed")
     p.add_argument("--check", action="store_true",
-                   help="compare the greedy tokens with transformers' (needs torch and "
-                   "transformers)")
+                   help="compare the greedy tokens of each sequence with transformers' "
+                   "(needs torch and transformers; greedy only)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=run)
 
@@ -61,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.batch != 1:
-        raise ArgumentError(f"--batch {args.batch}: the engine runs batch 1 so far",
-                            hint="leave --batch out")
+    if not 1 <= args.batch <= MAX_BATCH:
+        raise ArgumentError(f"--batch {args.batch}: the engine decodes 1 to {MAX_BATCH} "
+                            "sequences")
+    if args.check and args.temperature != 0:
+        raise ArgumentError("--check compares greedy tokens: leave --temperature out")
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.sample_seed)
     if args.prompt_tokens < 1 or args.tokens < 1:
         raise ArgumentError("--prompt-tokens and --tokens must be at least 1")
     progress = not args.quiet
@@ -77,41 +88,58 @@ def _run(args: argparse.Namespace) -> int:
         if not prompt:
             raise ArgumentError("--prompt: the text encodes to no token")
         args.prompt_tokens = len(prompt)
+        prompts = [prompt] * args.batch
     else:
-        prompt = np.random.default_rng(args.seed).integers(0, config.vocab_size,
-                                                           args.prompt_tokens).tolist()
+        rng = np.random.default_rng(args.seed)
+        prompts = [rng.integers(0, config.vocab_size, args.prompt_tokens).tolist()
+                   for _ in range(args.batch)]
     started = time.perf_counter()
     engine = Qwen3Engine(directory, device=args.device, dtype=args.dtype,
-                         max_seq=args.prompt_tokens + args.tokens, progress=progress)
+                         max_seq=args.prompt_tokens + args.tokens, batch=args.batch,
+                         progress=progress)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
-    logits = engine.prefill(prompt)
+    logits = np.stack([engine.prefill(p, sequence=b) for b, p in enumerate(prompts)])
     first = time.perf_counter() - started
-    first_token = int(np.argmax(logits))
+    tokens = [[t] for t in engine._first_tokens(logits, sampling)]
+    engine.draws = 0
     bar = _bar(args.tokens - 1, "generating", progress)
     started = time.perf_counter()
-    tokens = [first_token]
     with bar:
-        while len(tokens) < args.tokens:  # graph replays back to back, 64 per host wait
-            n = min(64, args.tokens - len(tokens))
-            tokens += engine.greedy(tokens[-1], n + 1)[1:]
+        while len(tokens[0]) < args.tokens:  # graph replays back to back, 64 per host wait
+            n = min(64, args.tokens - len(tokens[0]))
+            made = engine.continue_from([t[-1] for t in tokens], n + 1, sampling=sampling)
+            tokens = [t + m[1:] for t, m in zip(tokens, made)]
             bar.update(n)
     decode_seconds = time.perf_counter() - started
     rate = (args.tokens - 1) / decode_seconds if args.tokens > 1 else float("nan")
     print(f"model      {directory} ({config.parameter_count() / 1e9:.2f}B parameters, "
           f"{args.dtype}, device {engine.device_name})")
     print(f"loading    {loaded:.2f} s (weights and first use)")
-    print(f"prompt     {args.prompt_tokens} tokens, time to first token {first * 1e3:.1f} ms")
-    print(f"decode     {args.tokens - 1} tokens in {decode_seconds:.2f} s: {rate:.1f} tokens/s")
+    how = "greedy" if sampling.greedy else (f"sampled: temperature {sampling.temperature}, "
+                                            f"top-k {sampling.top_k}, top-p {sampling.top_p}")
+    print(f"prompt     {args.prompt_tokens} tokens x {args.batch} sequence(s), time to first "
+          f"token {first * 1e3:.1f} ms")
+    print(f"decode     {args.tokens - 1} tokens per sequence in {decode_seconds:.2f} s: "
+          f"{rate:.1f} tokens/s per sequence, {rate * args.batch:.1f} in all ({how})")
     print(f"roofline   {_roofline(engine, config, args, rate)}")
-    print(f"tokens     {tokens[:16]}{' ...' if len(tokens) > 16 else ''}")
+    print(f"memory     {_memory(engine) / 2**30:.2f} GiB of weights and key/value cache")
+    for b, made in enumerate(tokens[:4]):
+        print(f"tokens     [{b}] {made[:16]}{' ...' if len(made) > 16 else ''}")
     if tokenizer is not None:
-        print(f"text       {tokenizer.decode(tokens)!r}")
+        print(f"text       {tokenizer.decode(tokens[0])!r}")
     if args.check:
-        same = _check(directory, prompt, tokens, args.dtype)
+        same = all(_check(directory, p, t, args.dtype) for p, t in zip(prompts, tokens))
         print(f"check      greedy tokens {'match' if same else 'DIFFER from'} transformers'")
         return 0 if same else 1
     return 0
+
+
+def _memory(engine: Qwen3Engine) -> int:
+    """Bytes of the engine's weights (each once) and key/value caches."""
+    seen = {id(t): t for t in engine.weights.values()}
+    caches = [t for pair in engine.cache for t in pair]
+    return sum(t.nbytes for t in (*seen.values(), *caches))
 
 
 def _tokenizer(directory: Any) -> Any:
@@ -132,9 +160,9 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
 def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace,
               rate: float) -> str:
-    """The share of the memory roofline a decode rate reaches (on a GPU): the bytes a token
-    reads (every weight once, the lm head included, and the mean key/value cache) over the
-    device-to-device copy rate measured now."""
+    """The share of the memory roofline a decode rate reaches (on a GPU): the bytes one step
+    reads (every weight once, the lm head included, and each sequence's mean key/value cache)
+    over the device-to-device copy rate measured now."""
     if not engine.device_name.startswith("cuda") or not rate == rate:
         return "n/a (measured on a GPU only)"
     itemsize = 2
@@ -144,11 +172,11 @@ def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace
     mean_len = args.prompt_tokens + args.tokens / 2
     kv = (2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
           * mean_len * itemsize)
-    per_token = weights + kv
+    per_step = weights + args.batch * kv
     copy = _copy_rate(engine.device_name)
-    ideal = copy / per_token
-    return (f"{rate / ideal:.1%} ({per_token / 1e9:.2f} GB read per token, copy rate "
-            f"{copy / 1e12:.2f} TB/s: {ideal:.1f} tokens/s at the roofline)")
+    ideal = copy / per_step
+    return (f"{rate / ideal:.1%} ({per_step / 1e9:.2f} GB read per step, copy rate "
+            f"{copy / 1e12:.2f} TB/s: {ideal:.1f} steps/s at the roofline)")
 
 
 def _copy_rate(device: str) -> float:

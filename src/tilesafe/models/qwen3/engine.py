@@ -1,25 +1,27 @@
 """A Qwen3 model run by the kernel library: weights from a checkpoint directory on a device, a
-key/value cache per layer, prefill of a prompt and decode steps of one token per sequence.
+key/value cache per layer with one row per sequence of a batch (1 to ``MAX_BATCH``), prefill
+of each sequence's prompt and decode steps of one token per sequence.
 
 The q, k and v projections are loaded as one matrix (their rows stacked), and so are the gate
-and up projections: the decode step runs one GEMV for each group (the prefill multiplies by
-row views of them). Every layer runs through ``tilesafe.kernels`` (safe kernels only):
-``embedding``, ``rms_norm``
-(also the per-head q/k norms), ``matmul``, ``rope``, ``kv_cache_update`` (an indexed partition:
-the writes at the sequence's slots are proven distinct), ``flash_attention`` (prefill),
-``decode_attention``, ``add_rms_norm``, ``silu_mul``, ``argmax``.
+and up projections: at batch 1 the decode step runs one GEMV for each group (at larger batches
+and in the prefill it multiplies by row views of them). Every layer runs through
+``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm`` (also the per-head q/k
+norms), ``matmul``, ``rope``, ``kv_cache_update`` (an indexed partition: the writes at the
+sequences' slots are proven distinct), ``flash_attention`` (prefill), ``decode_attention``,
+``add_rms_norm``, ``silu_mul``, ``argmax`` or ``sample``.
 
-The prefill drives each launch in turn (``.sync()``); the decode step is recorded once into a
-``ts.CudaGraph`` (every output, workspace and input preallocated: the token, position and
-length are device tensors, the position and length advanced by the step's last kernel) and
-replayed per token. Batch 1.
+The prefill drives each launch in turn (``.sync()``); the decode step is recorded once per
+:class:`Sampling` into a ``ts.CudaGraph`` (every output, workspace and input preallocated:
+the tokens, positions, cache slots, lengths and the random stream are device tensors,
+advanced by the step's last kernels) and replayed per token.
 
 Imports the host API, the kernel library and the model's config and checkpoint modules."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -28,12 +30,13 @@ import tilesafe.core as tc
 from ... import kernels as K
 from ...deviceops.graph import CudaGraph
 from ...driver.device import as_device
-from ...dtypes import DType, as_dtype, bfloat16, float32, int32
+from ...dtypes import DType, as_dtype, bfloat16, float32, int32, int64
 from ...errors import ArgumentError
 from ...host.factory import arange, empty, tensor, zeros
 from ...host.tensor import borrow_mut
 from ...kernel import kernel
 from ...kernels.gemv import workspace_size
+from ...kernels.sampling import check_options
 from ..checkpoint import Checkpoint
 from .config import Qwen3Config
 from .weights import weight_shapes
@@ -61,20 +64,49 @@ def _load_plan(config: Qwen3Config) -> list[tuple[str, list[str]]]:
     return plan
 
 
+#: the most sequences one engine decodes together
+MAX_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the decode step picks each next token: ``temperature`` 0 is greedy (``argmax``),
+    else ``sample`` with ``top_k`` / ``top_p`` and the Philox ``seed`` (step ``s`` of the
+    generation draws sequence ``b``'s token from stream ``batch * s + b``)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:  # (ArgumentError before anything is loaded or run)
+        check_options(self.temperature, self.top_k, self.top_p, self.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+GREEDY = Sampling()
+
+
 class Qwen3Engine:
     """A Qwen3 model on ``device`` in ``dtype`` (bfloat16 or float16), with room for
-    ``max_seq`` positions of one sequence.
+    ``max_seq`` positions of each of ``batch`` sequences.
 
     Args:
         directory: a Hugging Face-format checkpoint (``config.json``, ``*.safetensors``).
         device: where to run (default: the default device).
         dtype: the run dtype; weights are converted to it once, on the host.
-        max_seq: the key/value cache's length (prompt plus generated tokens).
+        max_seq: the key/value cache's length per sequence (prompt plus generated tokens).
+        batch: sequences decoded together (1 to :data:`MAX_BATCH`): each has its own cache
+            rows, length and prompt; one replay of the decode step advances all of them.
         progress: show a progress bar while the weights load.
     """
 
     def __init__(self, directory: "str | Path", *, device: Any = None,
-                 dtype: "DType | str" = bfloat16, max_seq: int = 4096, progress: bool = False):
+                 dtype: "DType | str" = bfloat16, max_seq: int = 4096, batch: int = 1,
+                 progress: bool = False):
         self.config = config = Qwen3Config.from_dir(directory)
         self.dtype = as_dtype(dtype)
         if self.dtype.name not in ("bfloat16", "float16"):
@@ -83,9 +115,13 @@ class Qwen3Engine:
         if config.head_dim not in (64, 128):
             raise ArgumentError(f"Qwen3Engine: head_dim {config.head_dim} is not supported "
                                 "(64 or 128)")
+        if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise ArgumentError(f"Qwen3Engine: batch={batch!r} must be an int in "
+                                f"[1, {MAX_BATCH}]")
         self.device = device
         self.device_name = str(as_device(device))
         self.max_seq = int(max_seq)
+        self.batch = batch
         checkpoint = Checkpoint(directory)
         checkpoint.check(weight_shapes(config))
         from tqdm import tqdm
@@ -99,75 +135,136 @@ class Qwen3Engine:
             self.weights["lm_head.weight"] = self.weights["model.embed_tokens.weight"]
         self.rope_table = K.rope_cache(self.max_seq, config.head_dim, base=config.rope_theta,
                                        device=device).sync()
-        kv = (1, config.num_key_value_heads, self.max_seq, config.head_dim)
+        kv = (batch, config.num_key_value_heads, self.max_seq, config.head_dim)
         self.cache = [(empty(kv, self.dtype, device=device).sync(),
                        empty(kv, self.dtype, device=device).sync())
                       for _ in range(config.num_hidden_layers)]
-        self.length = 0
+        #: each sequence's length (prompt plus tokens decoded so far)
+        self.lengths = [0] * batch
+        self._steps: dict = {}  # Sampling -> its recorded _DecodeStep
+        #: the generation index of the tokens last chosen (0: the tokens after the prompts);
+        #: the tokens of index ``g`` are drawn from random streams ``batch * g + b``
+        self.draws = 0
+
+    @property
+    def length(self) -> int:
+        """The first sequence's length (the length, at batch 1)."""
+        return self.lengths[0]
 
     def _upload(self, array: np.ndarray) -> Any:
         """A weight converted once to the run dtype (on the host) and copied to the device."""
         host = np.ascontiguousarray(array).astype(_numpy_dtype(self.dtype), copy=False)
         return tensor(host, device=self.device).sync()
 
+    def _room(self, more: int, sequence: Optional[int] = None) -> None:
+        """ArgumentError if a sequence (every one by default) has no room for ``more``."""
+        lengths = self.lengths if sequence is None else [self.lengths[sequence]]
+        if max(lengths) + more > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine: {max(lengths) + more} positions exceed "
+                                f"max_seq {self.max_seq}",
+                                hint="make the engine with a larger max_seq")
+
     # -- the model --------------------------------------------------------------------------
-    def prefill(self, ids: Sequence[int], *, all_positions: bool = False) -> np.ndarray:
-        """Run the prompt ``ids`` from position 0 (the cache is reset) and return the logits of
-        its last position, ``(vocab,)`` float32, or with ``all_positions`` of every position,
-        ``(len(ids), vocab)``."""
+    def prefill(self, ids: Sequence[int], *, sequence: int = 0,
+                all_positions: bool = False) -> np.ndarray:
+        """Run the prompt ``ids`` of sequence ``sequence`` from position 0 (its cache is
+        reset) and return the logits of its last position, ``(vocab,)`` float32, or with
+        ``all_positions`` of every position, ``(len(ids), vocab)``."""
         if not len(ids):
             raise ArgumentError("Qwen3Engine.prefill: the prompt has no token",
                                 hint="pass at least one token id")
-        self.length = 0
-        logits = self._forward(list(ids), all_positions)
+        if not isinstance(sequence, int) or not 0 <= sequence < self.batch:
+            raise ArgumentError(f"Qwen3Engine.prefill: sequence={sequence!r} is not in "
+                                f"[0, {self.batch})")
+        self.lengths[sequence] = 0
+        self._room(len(ids), sequence)
+        logits = self._forward(list(ids), sequence, all_positions)
         return logits if all_positions else logits[-1]
 
-    def decode(self, token: int) -> np.ndarray:
-        """Append one token at the next position (a replay of the recorded decode step);
-        returns its logits, ``(vocab,)`` float32."""
-        if self.length + 1 > self.max_seq:
-            raise ArgumentError(f"Qwen3Engine: {self.length + 1} positions exceed max_seq "
-                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
-        step = self._decode_step()
-        step.token.copy_(self._int32(token)).sync()
-        if step.at != self.length:  # (after a prefill: the graph advances them itself)
-            step.position.copy_(self._int32(self.length)).sync()
-            step.length.copy_(self._int32(self.length + 1)).sync()
+    def decode(self, tokens: "int | Sequence[int]") -> np.ndarray:
+        """Append one token to every sequence (``tokens``: an int at batch 1, else one per
+        sequence) in one replay of the recorded decode step; returns their logits,
+        ``(vocab,)`` float32 at batch 1, else ``(batch, vocab)``."""
+        ids = self._batch_tokens(tokens)
+        self._room(1)
+        step = self._decode_step(GREEDY)
+        step.start(self, ids)
         step.graph.replay()
-        self.length += 1
-        step.at = self.length
-        return step.logits.numpy()[0].astype(np.float32)
+        self.lengths = [n + 1 for n in self.lengths]
+        self.draws += 1
+        logits = step.logits.numpy().astype(np.float32)
+        return logits[0] if isinstance(tokens, (int, np.integer)) else logits
 
-    def _int32(self, value: int) -> Any:
-        return tensor(np.array([value], np.int32), device=self.device).sync()
+    def _batch_tokens(self, tokens: "int | Sequence[int]") -> list[int]:
+        ids = [int(tokens)] if isinstance(tokens, (int, np.integer)) else [int(t) for t in tokens]
+        if len(ids) != self.batch:
+            raise ArgumentError(f"Qwen3Engine: {len(ids)} token(s) for {self.batch} "
+                                "sequence(s)", hint="pass one token per sequence")
+        vocab = self.config.vocab_size
+        if any(not 0 <= t < vocab for t in ids):
+            raise ArgumentError(f"Qwen3Engine: token ids {ids} are not all in [0, {vocab})")
+        return ids
 
-    def _decode_step(self) -> "_DecodeStep":
-        if getattr(self, "_step", None) is None:
-            self._step = _DecodeStep(self)
-        return self._step
+    def _decode_step(self, sampling: Sampling) -> "_DecodeStep":
+        step = self._steps.get(sampling)
+        if step is None:
+            step = self._steps[sampling] = _DecodeStep(self, sampling)
+        return step
 
-    def generate(self, ids: Sequence[int], steps: int) -> list[int]:
-        """Greedy decoding: the ``steps`` tokens after the prompt ``ids`` (``prefill``, then
-        :meth:`greedy` from its last position's argmax)."""
-        if len(ids) + steps > self.max_seq:
-            raise ArgumentError(f"Qwen3Engine: {len(ids) + steps} positions exceed max_seq "
-                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
-        logits = self.prefill(ids)
-        return self.greedy(int(np.argmax(logits)), steps)[:steps]
+    def generate(self, prompts: "Sequence[int] | Sequence[Sequence[int]]", steps: int, *,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: int = 0) -> "list[int] | list[list[int]]":
+        """The ``steps`` tokens after each prompt: the prompts' prefill, then the decode step
+        replayed, each replay's tokens feeding the next on the device. Greedy with
+        ``temperature`` 0, else sampled (``tilesafe.kernels.sample``: top-k, top-p, from
+        ``seed``; the same arguments give the same tokens). ``prompts``: one list of ids at
+        batch 1, else one per sequence; returns a list of tokens (batch 1) or one list per
+        sequence."""
+        single = len(prompts) > 0 and isinstance(prompts[0], (int, np.integer))
+        batch = [list(prompts)] if single else [list(p) for p in prompts]
+        if len(batch) != self.batch:
+            raise ArgumentError(f"Qwen3Engine.generate: {len(batch)} prompt(s) for an engine "
+                                f"of batch {self.batch}", hint="pass one prompt per sequence")
+        if steps < 1:
+            raise ArgumentError(f"Qwen3Engine.generate: steps={steps} must be at least 1")
+        sampling = Sampling(float(temperature), int(top_k), float(top_p), int(seed))
+        if max(map(len, batch)) + steps > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine: {max(map(len, batch)) + steps} positions "
+                                f"exceed max_seq {self.max_seq}",
+                                hint="make the engine with a larger max_seq")
+        last = np.stack([self.prefill(ids, sequence=b) for b, ids in enumerate(batch)])
+        first = self._first_tokens(last, sampling)
+        self.draws = 0
+        made = self.continue_from(first, steps, sampling=sampling)
+        return made[0] if single else made
+
+    def _first_tokens(self, logits: np.ndarray, sampling: Sampling) -> list[int]:
+        """The token after each prompt, chosen from its prefill logits as the decode step
+        chooses (random stream ``b`` for sequence ``b``)."""
+        if sampling.greedy:
+            return [int(t) for t in np.argmax(logits, axis=-1)]
+        rows = tensor(logits, device=self.device).sync()
+        return [int(t) for t in K.sample(rows, temperature=sampling.temperature,
+                                         top_k=sampling.top_k, top_p=sampling.top_p,
+                                         seed=sampling.seed, offset=0).sync().numpy()]
 
     def greedy(self, token: int, steps: int, chunk: int = 64) -> list[int]:
-        """``token`` (at the next position) and the ``steps - 1`` greedy tokens after it: the
-        decode step's graph replayed back to back, ``chunk`` replays per host wait; each
-        replay's argmax feeds the next and is kept on the device, read once per chunk."""
-        if self.length + steps > self.max_seq:
-            raise ArgumentError(f"Qwen3Engine: {self.length + steps} positions exceed max_seq "
-                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
-        out = [int(token)]
-        step = self._decode_step()
-        step.token.copy_(self._int32(token)).sync()
-        step.position.copy_(self._int32(self.length)).sync()
-        step.length.copy_(self._int32(self.length + 1)).sync()
-        start, left = self.length, steps - 1
+        """Batch 1: ``token`` (at the next position) and the ``steps - 1`` greedy tokens
+        after it (:meth:`continue_from`)."""
+        return self.continue_from([token], steps, chunk=chunk)[0]
+
+    def continue_from(self, tokens: Sequence[int], steps: int, *, chunk: int = 64,
+                      sampling: Sampling = GREEDY) -> list[list[int]]:
+        """Each sequence's ``tokens[b]`` (at its next position) and the ``steps - 1`` tokens
+        after it: the decode step's graph replayed back to back, ``chunk`` replays per host
+        wait; each replay's tokens feed the next and are kept on the device, read once at the
+        end. A sampled token of generation index ``g`` (:attr:`draws`) comes from random
+        stream ``batch * g + b``."""
+        ids = self._batch_tokens(list(tokens))
+        self._room(steps)
+        step = self._decode_step(sampling)
+        step.start(self, ids)
+        left = steps - 1
         while left > 0:
             n = min(chunk, left)
             op = step.graph.launch()
@@ -175,21 +272,22 @@ class Qwen3Engine:
                 op = op.then(lambda _result: step.graph.launch())
             op.sync()
             left -= n
-        made = step.tokens.numpy()[start:start + steps - 1]
-        self.length += steps - 1
-        step.at = self.length
-        return out + [int(t) for t in made]
+        kept = step.tokens.numpy().reshape(self.batch, self.max_seq)
+        made = [[ids[b]] + [int(t) for t in kept[b, n:n + steps - 1]]
+                for b, n in enumerate(self.lengths)]
+        self.lengths = [n + steps - 1 for n in self.lengths]
+        self.draws += steps - 1
+        return made
 
-    def _forward(self, ids: list[int], all_positions: bool) -> np.ndarray:
+    def _forward(self, ids: list[int], sequence: int, all_positions: bool) -> np.ndarray:
         c, w = self.config, self.weights
-        t, start = len(ids), self.length
-        if start + t > self.max_seq:
-            raise ArgumentError(f"Qwen3Engine: {start + t} positions exceed max_seq "
-                                f"{self.max_seq}", hint="make the engine with a larger max_seq")
+        t, start = len(ids), self.lengths[sequence]
         hq, hkv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         device = self.device
         ids_t = tensor(np.asarray(ids, np.int32), device=device).sync()
         positions = arange(start, start + t, dtype=int32, device=device).sync()
+        first_slot = sequence * self.max_seq + start  # (row `sequence` of the caches)
+        slots = arange(first_slot, first_slot + t, dtype=int32, device=device).sync()
         x = K.embedding(ids_t, w["model.embed_tokens.weight"]).sync()
         h = K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=c.rms_norm_eps).sync()
         for layer in range(c.num_hidden_layers):
@@ -205,10 +303,10 @@ class Qwen3Engine:
             v = v.reshape(t, hkv, d)
             K.rope(q, k, self.rope_table, positions).sync()
             cache_k, cache_v = self.cache[layer]
-            K.kv_cache_update(cache_k, cache_v, k, v, positions).sync()
+            K.kv_cache_update(cache_k, cache_v, k, v, slots).sync()
             attended = empty((t, hq, d), self.dtype, device=device).sync()
-            keys = cache_k[:, :, :start + t]
-            values = cache_v[:, :, :start + t]
+            keys = cache_k[sequence:sequence + 1, :, :start + t]
+            values = cache_v[sequence:sequence + 1, :, :start + t]
             K.flash_attention(_heads_first(q), keys, values, causal=True,
                               out=_heads_first(attended)).sync()
             o = K.matmul(attended.reshape(t, hq * d), w[at + "self_attn.o_proj.weight"]).sync()
@@ -223,61 +321,78 @@ class Qwen3Engine:
                          if layer + 1 < c.num_hidden_layers else "model.norm.weight")
             h, x = K.add_rms_norm(mlp, x, w[following], eps=c.rms_norm_eps).sync()
         logits = K.matmul(h if all_positions else h[t - 1:], w["lm_head.weight"]).sync()
-        self.length = start + t
+        self.lengths[sequence] = start + t
         return logits.numpy().astype(np.float32)
 
 
 @kernel
-def _advance(position: tc.MutTensor[tc.i32, (1,)], length: tc.MutTensor[tc.i32, (1,)]):
-    """The next decode step's position and length (one more of each)."""
+def _advance(position: tc.MutTensor[tc.i32, (1,)], slot: tc.MutTensor[tc.i32, (1,)],
+             length: tc.MutTensor[tc.i32, (1,)]):
+    """One sequence's next position, cache slot and length (one more of each)."""
     position.store(position.load() + 1)
+    slot.store(slot.load() + 1)
     length.store(length.load() + 1)
 
 
 @kernel
-def _keep_token(slot: tc.MutTensor[tc.i32, (1,)], token: tc.Tensor[tc.i32, (1,)]):
-    """Copy the step's token into its slot of the generated tokens."""
-    slot.store(token.partition((1,)).load((0,)))
+def _advance_draws(offset: tc.MutTensor[tc.i64, (1,)], batch: int):
+    """The next step's first random stream (``batch`` more)."""
+    offset.store(offset.load() + batch)
+
+
+@kernel
+def _keep_tokens(slot: tc.MutTensor[tc.i32, (1,)], tokens: tc.Tensor[tc.i32, (-1,)]):
+    """Copy sequence ``b``'s new token into its slot of the generated tokens."""
+    b, _, _ = tc.get_tile_block_id()
+    slot.store(tokens.partition((1,)).load((b,)))
 
 
 class _DecodeStep:
-    """The decode step of one token, recorded into a graph over preallocated buffers: ``token``
-    (the input id, then the greedy next one), ``position`` and ``length`` (advanced by the
-    step), ``logits``, ``tokens`` (each step's greedy token at its position)."""
+    """The decode step of one token per sequence, recorded into a graph over preallocated
+    buffers: ``token`` (the input ids, then the chosen next ones), ``position``, ``slot``
+    (``b * max_seq + position``) and ``length`` of each sequence (advanced by the step),
+    ``offset`` (the first random stream, advanced by ``batch``), ``logits``, ``tokens`` (each
+    chosen token at its sequence's slot: an indexed partition, one slot per sequence)."""
 
-    def __init__(self, engine: "Qwen3Engine"):
+    def __init__(self, engine: "Qwen3Engine", sampling: Sampling):
         c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
         hq, hkv, d, hid = (c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                            c.hidden_size)
+        n = engine.batch
+        self.batch = n
 
         def buffer(*shape, dtype=dt):
             return empty(shape, dtype, device=dev).sync()
-        self.token = zeros((1,), int32, device=dev).sync()
-        #: the token each replay makes, at its position (an indexed partition: one slot)
-        self.tokens = zeros((engine.max_seq,), int32, device=dev).sync()
-        self.position = zeros((1,), int32, device=dev).sync()
-        self.length = zeros((1,), int32, device=dev).sync()
-        self.at = -1  # the engine length the device position and length stand for
-        x, h, o, mlp = (buffer(1, hid) for _ in range(4))
-        qkv = buffer(1, (hq + 2 * hkv) * d)
-        q = qkv[:, :hq * d].reshape(hq, d)
-        k = qkv[:, hq * d:(hq + hkv) * d].reshape(hkv, d)
-        v = qkv[:, (hq + hkv) * d:].reshape(1, hkv, d)
-        qn, kn = buffer(hq, d), buffer(hkv, d)
-        attended = buffer(1, hq, d)
-        gate_up, act = buffer(1, 2 * c.intermediate_size), buffer(1, c.intermediate_size)
-        self.logits = buffer(1, c.vocab_size)
-        shapes = {((hq + 2 * hkv) * d, hid), (hid, hq * d), (2 * c.intermediate_size, hid),
-                  (hid, c.intermediate_size), (c.vocab_size, hid)}
-        size = max(workspace_size(1, n, k_, dt.itemsize) for n, k_ in shapes)
+        self.token = zeros((n,), int32, device=dev).sync()
+        self.tokens = zeros((n * engine.max_seq,), int32, device=dev).sync()
+        self.position = zeros((n,), int32, device=dev).sync()
+        self.slot = zeros((n,), int32, device=dev).sync()
+        self.length = zeros((n,), int32, device=dev).sync()
+        self.offset = zeros((1,), int64, device=dev).sync()
+        x, h, o, mlp = (buffer(n, hid) for _ in range(4))
+        if n == 1:  # one GEMV of the stacked q/k/v rows; the heads are views of its output
+            qkv = buffer(1, (hq + 2 * hkv) * d)
+            q = qkv[:, :hq * d].reshape(hq, d)
+            k = qkv[:, hq * d:(hq + hkv) * d].reshape(hkv, d)
+            v = qkv[:, (hq + hkv) * d:].reshape(1, hkv, d)
+        else:  # (rows of a stacked output are not contiguous: three products)
+            q3, k3, v3 = buffer(n, hq * d), buffer(n, hkv * d), buffer(n, hkv * d)
+            q, k, v = q3.reshape(n * hq, d), k3.reshape(n * hkv, d), v3.reshape(n, hkv, d)
+        qn, kn = buffer(n * hq, d), buffer(n * hkv, d)
+        attended = buffer(n, hq, d)
+        gate_up, act = buffer(n, 2 * c.intermediate_size), buffer(n, c.intermediate_size)
+        self.logits = buffer(n, c.vocab_size)
+        shapes = {((hq + 2 * hkv) * d, hid), (hq * d, hid), (hkv * d, hid), (hid, hq * d),
+                  (2 * c.intermediate_size, hid), (hid, c.intermediate_size),
+                  (c.vocab_size, hid)}
+        size = max(workspace_size(n, cols, rows, dt.itemsize) for cols, rows in shapes)
         mm_work = buffer(max(1, size), dtype=float32)
-        cache_k0 = engine.cache[0][0]
-        attn_work = K.decode_attention_workspace(attended, cache_k0).sync()
-        kv_work = zeros((1, 3), int32, device=dev).sync()
+        attn_work = K.decode_attention_workspace(attended, engine.cache[0][0]).sync()
+        kv_work = zeros((n, 3), int32, device=dev).sync()
         eps = c.rms_norm_eps
 
-        def mm(a, name, out):
-            return K.matmul(a, w[name], out=out, workspace=mm_work)
+        def mm(a, weight, out):
+            return K.matmul(a, weight, out=out, workspace=mm_work)
         with CudaGraph.scope() as graph:
             graph.record(K.embedding(self.token, w["model.embed_tokens.weight"], out=x))
             graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps,
@@ -285,32 +400,57 @@ class _DecodeStep:
             for layer in range(c.num_hidden_layers):
                 at = f"model.layers.{layer}."
                 cache_k, cache_v = engine.cache[layer]
-                graph.record(mm(h, at + "self_attn.qkv_proj.weight", qkv))
+                stacked = w[at + "self_attn.qkv_proj.weight"]
+                if n == 1:
+                    graph.record(mm(h, stacked, qkv))
+                else:
+                    graph.record(mm(h, stacked[:hq * d], q3))
+                    graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k3))
+                    graph.record(mm(h, stacked[(hq + hkv) * d:], v3))
                 graph.record(K.rms_norm(q, w[at + "self_attn.q_norm.weight"], eps=eps, out=qn))
                 graph.record(K.rms_norm(k, w[at + "self_attn.k_norm.weight"], eps=eps, out=kn))
-                graph.record(K.rope(qn.reshape(1, hq, d), kn.reshape(1, hkv, d),
+                graph.record(K.rope(qn.reshape(n, hq, d), kn.reshape(n, hkv, d),
                                     engine.rope_table, self.position))
-                graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(1, hkv, d),
-                                               v, self.position,
-                                               workspace=kv_work))
-                graph.record(K.decode_attention(qn.reshape(1, hq, d), cache_k, cache_v,
+                graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(n, hkv, d), v,
+                                               self.slot, workspace=kv_work))
+                graph.record(K.decode_attention(qn.reshape(n, hq, d), cache_k, cache_v,
                                                 self.length, out=attended,
                                                 workspace=attn_work))
-                graph.record(mm(attended.reshape(1, hq * d), at + "self_attn.o_proj.weight", o))
+                graph.record(mm(attended.reshape(n, hq * d), w[at + "self_attn.o_proj.weight"],
+                                o))
                 graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                             eps=eps, out=h))
-                graph.record(mm(h, at + "mlp.gate_up_proj.weight", gate_up))
+                graph.record(mm(h, w[at + "mlp.gate_up_proj.weight"], gate_up))
                 graph.record(K.silu_mul(gate_up, out=act))
-                graph.record(mm(act, at + "mlp.down_proj.weight", mlp))
+                graph.record(mm(act, w[at + "mlp.down_proj.weight"], mlp))
                 following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                              if layer + 1 < c.num_hidden_layers else "model.norm.weight")
                 graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
-            graph.record(mm(h, "lm_head.weight", self.logits))
-            graph.record(K.argmax(self.logits, out=self.token))  # (the next step's input)
-            graph.record(_keep_token(borrow_mut(self.tokens).partition(1, at=self.position),
-                                     self.token))
-            graph.record(_advance(_borrowed(self.position), _borrowed(self.length)))
+            graph.record(mm(h, w["lm_head.weight"], self.logits))
+            if sampling.greedy:  # the next step's input
+                graph.record(K.argmax(self.logits, out=self.token))
+            else:
+                graph.record(K.sample(self.logits, temperature=sampling.temperature,
+                                      top_k=sampling.top_k, top_p=sampling.top_p,
+                                      seed=sampling.seed, offset=self.offset, out=self.token))
+                graph.record(_advance_draws(_borrowed(self.offset), n))
+            graph.record(_keep_tokens(borrow_mut(self.tokens).partition(1, at=self.slot),
+                                      self.token))
+            graph.record(_advance(_borrowed(self.position), _borrowed(self.slot),
+                                  _borrowed(self.length)))
         self.graph = graph
+
+    def start(self, engine: "Qwen3Engine", tokens: list[int]) -> None:
+        """Set the step's inputs: ``tokens`` at each sequence's next position (its length),
+        and the first random stream of the next tokens (generation index ``draws + 1``)."""
+        dev, n = engine.device, self.batch
+        lengths = np.asarray(engine.lengths, np.int32)
+        slots = lengths + np.arange(n, dtype=np.int32) * engine.max_seq
+        for target, values in ((self.token, np.asarray(tokens, np.int32)),
+                               (self.position, lengths), (self.slot, slots),
+                               (self.length, lengths + 1),
+                               (self.offset, np.array([n * (engine.draws + 1)], np.int64))):
+            target.copy_(tensor(values, device=dev).sync()).sync()
 
 
 def _borrowed(t: Any) -> Any:
