@@ -571,3 +571,23 @@ def test_runs_that_cannot_be_recorded_are_timed_as_one_chain():
         return accumulate(ts.zeros((ROWS, HIDDEN)).partition((2, BLOCK)), x)
     ms = strategy.time_runs({"rows": 2}, make_op, ts.Stream("cpu"), 3)
     assert ms >= 0.0 and accumulate.launch_count == before + 3
+
+
+def test_a_call_timing_runs_cannot_copy_runs_the_default_copies_nothing_and_tunes_later(
+        fake, monkeypatch):
+    """``mutates`` names an argument that is None (an in-place call): the call is refused for
+    timing before any argument is cloned, runs the first config, and a later call of the same
+    key that can be timed is tuned."""
+    @ts.autotune(configs=CONFIGS, key=["x"], kernels=(scale_rows,), mutates=("other", "out"))
+    def launch(x, other, out, *, config):
+        target = out if out is not None else other
+        return scale_rows(ts.borrow_mut(target).partition((config["rows"], BLOCK)), x, 1.0)
+    clones = []
+    real_clone = ts.Tensor.clone
+    monkeypatch.setattr(ts.Tensor, "clone", lambda t, *a, **k: clones.append(t) or
+                        real_clone(t, *a, **k))
+    x, xt = inputs()
+    launch(xt, scratch(), None).sync()
+    assert clones == [] and fake.timed == []
+    launch(xt, scratch(), scratch()).sync()
+    assert fake.timed and launch.config_for(xt, scratch(), scratch()) == {"rows": 2}

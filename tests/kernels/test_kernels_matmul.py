@@ -79,6 +79,8 @@ def test_split_k_slices():
     assert skinny.slices(4096, 4104, 64, 256, 2) == 1    # slices would not be 16-aligned
     assert skinny.slices(40, 1024, 64, 256, 2) == 4      # each slice keeps one whole chunk
     assert skinny.slices(40, 99, 64, 256, 2) == 1
+    # 16 mma rows: the merge's tile of every slice (rows x 16 each) stays within its bound
+    assert skinny.slices(40, 9728, 64, 64, 4, rows=16) * 16 * 16 <= skinny.MERGE_VALUES
 
 
 def test_m_buckets_share_configs():

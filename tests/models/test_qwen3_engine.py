@@ -111,8 +111,15 @@ def test_bad_batches_and_prompts_are_refused(checkpoint):
     engine = Qwen3Engine(checkpoint, max_seq=16, batch=2)
     with pytest.raises(ArgumentError, match="1 prompt\\(s\\) for an engine of batch 2"):
         engine.generate([PROMPT], 2)
-    with pytest.raises(ArgumentError, match="exceed max_seq 16"):
-        engine.generate([PROMPT, PROMPT], 10)
+    with pytest.raises(ArgumentError, match="17 positions exceed max_seq 16"):
+        engine.generate([PROMPT, PROMPT], 11)  # (7 + 11 - 1: the last token is not stored)
+    made = engine.generate([PROMPT, PROMPT], 10)  # exactly fills the cache
+    assert engine.lengths == [16, 16] and made[0] == made[1]
+    with pytest.raises(ArgumentError, match="steps=0 must be an int >= 1"):
+        engine.continue_from([1, 2], 0)
+    with pytest.raises(ArgumentError, match="17 prompt tokens exceed max_seq 16"):
+        engine.prefill(list(range(17)), sequence=1)
+    assert engine.lengths == [16, 16] and engine.draws == 9  # (nothing changed)
     with pytest.raises(ArgumentError, match="1 token\\(s\\) for 2 sequence"):
         engine.decode(3)
     with pytest.raises(ArgumentError, match="sequence=2 is not in"):

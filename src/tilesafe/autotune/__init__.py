@@ -163,8 +163,9 @@ class Tuned:
 
     def _resolve(self, strategy: timing.Timing, device: Device, values: Any, args: tuple,
                  kwargs: dict) -> Optional[int]:
-        """Steps 3-5 of the module docstring: the config index (0 for arguments timing runs
-        cannot copy), None while the device cannot time now."""
+        """Steps 3-5 of the module docstring: the config index, or None for a call that could
+        not be timed (the device cannot time now, or timing runs cannot copy its arguments:
+        the default runs, and a later call with the same key is timed if it can be)."""
         wanted = self.full_key(strategy.describe(device), values)
         for found in (store.lookup(wanted, self.configs),
                       store.shipped_lookup(wanted, self.configs)):
@@ -177,8 +178,8 @@ class Tuned:
         bound = self._signature.bind(*args, **kwargs)
         try:
             copies = timing.timing_arguments(dict(bound.arguments), self.mutates)
-        except timing.NotTimeable:
-            return 0  # (the default, kept for this key in this process: nothing to time)
+        except timing.NotTimeable:  # (refused before any copy: cheap to find out again)
+            return None
         index, times, failures = self._tune(strategy, device, bound, copies)
         path = store.save(wanted, index, self.configs[index], times)
         self._report(strategy.describe(device)[1], values, index, times, failures, path)

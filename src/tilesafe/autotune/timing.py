@@ -131,11 +131,16 @@ def timing_arguments(bound: dict, mutates: tuple) -> dict:
     """Copies of a call's arguments (by parameter name) for timing runs (module docstring);
     raises :class:`NotTimeable`."""
     for name, value in bound.items():  # (refused before anything is copied)
-        _check_timeable(name, value)
+        _check_timeable(name, value, name in mutates)
     return {name: _timing_copy(name, value, name in mutates) for name, value in bound.items()}
 
 
-def _check_timeable(name: str, value: Any) -> None:
+def _check_timeable(name: str, value: Any, mutated: bool) -> None:
+    if mutated and not isinstance(value, (Tensor, Partition, tuple, list)) and \
+            not callable(getattr(value, "tuning_copy", None)) and \
+            not any(isinstance(v, DeviceOp) for _, v in _attributes(value)):
+        raise NotTimeable(f"argument '{name}' is named in mutates= but is a "
+                          f"{type(value).__name__}, not a tensor")
     if isinstance(value, DeviceOp):
         raise NotTimeable(f"argument '{name}' is {value.label}, a DeviceOp not run yet")
     if isinstance(value, (MappedPartition, AtomicBorrow, BorrowMut)):
@@ -143,7 +148,7 @@ def _check_timeable(name: str, value: Any) -> None:
                           "cannot copy")
     if isinstance(value, (tuple, list)):
         for v in value:
-            _check_timeable(name, v)
+            _check_timeable(name, v, mutated)
 
 
 def _timing_copy(name: str, value: Any, mutated: bool) -> Any:

@@ -147,9 +147,11 @@ def sm_count(device: Any) -> int:
 def choose_splits(programs: int, max_len: int, block: int, sms: int) -> int:
     """The split count for ``programs`` (batch x kv_heads) programs over caches of
     ``max_len`` keys read ``block`` at a time: enough programs to fill ``sms`` SMs
-    :data:`PROGRAMS_PER_SM` deep, no more splits than key tiles or :data:`MAX_SPLITS`."""
+    :data:`PROGRAMS_PER_SM` deep, no more splits than key tiles or :data:`MAX_SPLITS`,
+    rounded down to a power of two."""
     wanted = -(-PROGRAMS_PER_SM * sms // programs)
-    return max(1, min(wanted, -(-max_len // block), MAX_SPLITS))
+    count = max(1, min(wanted, -(-max_len // block), MAX_SPLITS))
+    return 1 << (count.bit_length() - 1)  # (a power of two: the merge's tile has no padding)
 
 
 def group_rows(group: int) -> int:

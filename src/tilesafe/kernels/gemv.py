@@ -144,16 +144,17 @@ def merge_slices_scaled(z: tc.MutTensor["TO", ("BM", "BN")],
 
 # -- planning -----------------------------------------------------------------------------------
 
-def slices(n: int, k: int, bn: int, bk: int, waves: int) -> int:
+def slices(n: int, k: int, bn: int, bk: int, waves: int, rows: int = 1) -> int:
     """How many K-slices: the smallest power of two, at least 2 (module docstring), giving at
     least ``waves`` programs per SM (``ceil(n / bn)`` column blocks per slice), as long as
     each slice still holds a whole ``bk`` chunk and starts 16-element aligned (``k``
-    divisible by ``16 * slices``); 1 when ``k`` does not allow a split."""
+    divisible by ``16 * slices``) and the merge's tile of every slice's ``rows`` x 16 values
+    stays within :data:`MERGE_VALUES`; 1 when ``k`` does not allow a split."""
     blocks = -(-n // bn)
     count = 1
     while count < MIN_SLICES or blocks * count < waves * SM_COUNT:
         nxt = count * 2
-        if k % (16 * nxt) or k // nxt < bk:
+        if k % (16 * nxt) or k // nxt < bk or nxt * rows * 16 > MERGE_VALUES:
             break
         count = nxt
     return count
@@ -182,7 +183,7 @@ def workspace_size(m: int, n: int, k: int, itemsize: int) -> int:
             if config.get("slices") == 1:
                 continue
             bk = int(config["BK"]) * max(1, 2 // itemsize)
-            count = slices(n, k, int(config["BN"]), bk, int(config["waves"]))
+            count = slices(n, k, int(config["BN"]), bk, int(config["waves"]), rows)
             if count > 1:
                 most = max(most, count * rows * n)
     return most
@@ -272,8 +273,8 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
     if elementwise and config.get("slices") == 1:  # one launch, straight into the output
         return with_occupancy(gemv_rows, config)(out.partition((1, bn)), a, b_kn.T, BK=bk)
-    count = slices(n, k, bn, bk, int(config["waves"]))
     rows = 1 if elementwise else MMA_ROWS
+    count = slices(n, k, bn, bk, int(config["waves"]), rows)
     # the workspace is an output of the call: allocated by torch for a call with torch tensors
     # (so that a torch graph capture holds it), else lazily by tilesafe
     lent = getattr(out, "workspace", None)

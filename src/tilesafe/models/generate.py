@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     if tokenizer is not None:
         print(f"text       {tokenizer.decode(tokens[0])!r}")
     if args.check:
-        same = all(_check(directory, p, t, args.dtype) for p, t in zip(prompts, tokens))
+        same = _check(directory, prompts, tokens, args.dtype)
         print(f"check      greedy tokens {'match' if same else 'DIFFER from'} transformers'")
         return 0 if same else 1
     return 0
@@ -195,14 +195,17 @@ def _copy_rate(device: str) -> float:
     return 2 * n * 2 / float(np.median(times[1:]))
 
 
-def _check(directory: Any, prompt: list, tokens: list, dtype: str) -> bool:
-    """Whether transformers' greedy tokens (same weights, same dtype, on the CPU) are ours."""
+def _check(directory: Any, prompts: list, tokens: list, dtype: str) -> bool:
+    """Whether transformers' greedy tokens (same weights, same dtype, on the CPU) are ours,
+    for every sequence (the model loaded once)."""
     import torch
     import transformers
     model = transformers.Qwen3ForCausalLM.from_pretrained(
         directory, dtype=getattr(torch, dtype)).eval()
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=len(tokens),
-                             do_sample=False)
-    theirs = out[0, len(prompt):].tolist()
-    return theirs == tokens
+    for prompt, ours in zip(prompts, tokens):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=len(ours),
+                                 do_sample=False)
+        if out[0, len(prompt):].tolist() != ours:
+            return False
+    return True

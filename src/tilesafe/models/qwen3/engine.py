@@ -66,6 +66,8 @@ def _load_plan(config: Qwen3Config) -> list[tuple[str, list[str]]]:
 
 #: the most sequences one engine decodes together
 MAX_BATCH = 32
+#: decode steps kept recorded per engine (one per sampling setting in use)
+RECORDED_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -176,8 +178,11 @@ class Qwen3Engine:
         if not isinstance(sequence, int) or not 0 <= sequence < self.batch:
             raise ArgumentError(f"Qwen3Engine.prefill: sequence={sequence!r} is not in "
                                 f"[0, {self.batch})")
+        if len(ids) > self.max_seq:
+            raise ArgumentError(f"Qwen3Engine.prefill: {len(ids)} prompt tokens exceed "
+                                f"max_seq {self.max_seq}",
+                                hint="make the engine with a larger max_seq")
         self.lengths[sequence] = 0
-        self._room(len(ids), sequence)
         logits = self._forward(list(ids), sequence, all_positions)
         return logits if all_positions else logits[-1]
 
@@ -192,6 +197,7 @@ class Qwen3Engine:
         step.graph.replay()
         self.lengths = [n + 1 for n in self.lengths]
         self.draws += 1
+        step.at = (tuple(self.lengths), self.draws)
         logits = step.logits.numpy().astype(np.float32)
         return logits[0] if isinstance(tokens, (int, np.integer)) else logits
 
@@ -206,9 +212,16 @@ class Qwen3Engine:
         return ids
 
     def _decode_step(self, sampling: Sampling) -> "_DecodeStep":
-        step = self._steps.get(sampling)
+        """The decode step recorded for ``sampling`` (every greedy setting shares one); the
+        :data:`RECORDED_STEPS` most recently used are kept, each with its own buffers."""
+        if sampling.greedy:
+            sampling = GREEDY
+        step = self._steps.pop(sampling, None)
         if step is None:
-            step = self._steps[sampling] = _DecodeStep(self, sampling)
+            while len(self._steps) >= RECORDED_STEPS:  # (the least recently used goes)
+                self._steps.pop(next(iter(self._steps)))
+            step = _DecodeStep(self, sampling)
+        self._steps[sampling] = step
         return step
 
     def generate(self, prompts: "Sequence[int] | Sequence[Sequence[int]]", steps: int, *,
@@ -228,8 +241,8 @@ class Qwen3Engine:
         if steps < 1:
             raise ArgumentError(f"Qwen3Engine.generate: steps={steps} must be at least 1")
         sampling = Sampling(float(temperature), int(top_k), float(top_p), int(seed))
-        if max(map(len, batch)) + steps > self.max_seq:
-            raise ArgumentError(f"Qwen3Engine: {max(map(len, batch)) + steps} positions "
+        if max(map(len, batch)) + steps - 1 > self.max_seq:  # (the last token is not stored)
+            raise ArgumentError(f"Qwen3Engine: {max(map(len, batch)) + steps - 1} positions "
                                 f"exceed max_seq {self.max_seq}",
                                 hint="make the engine with a larger max_seq")
         last = np.stack([self.prefill(ids, sequence=b) for b, ids in enumerate(batch)])
@@ -261,7 +274,9 @@ class Qwen3Engine:
         end. A sampled token of generation index ``g`` (:attr:`draws`) comes from random
         stream ``batch * g + b``."""
         ids = self._batch_tokens(list(tokens))
-        self._room(steps)
+        if not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ArgumentError(f"Qwen3Engine: steps={steps!r} must be an int >= 1")
+        self._room(steps - 1)  # (the replays write positions length .. length + steps - 2)
         step = self._decode_step(sampling)
         step.start(self, ids)
         left = steps - 1
@@ -277,6 +292,7 @@ class Qwen3Engine:
                 for b, n in enumerate(self.lengths)]
         self.lengths = [n + steps - 1 for n in self.lengths]
         self.draws += steps - 1
+        step.at = (tuple(self.lengths), self.draws)
         return made
 
     def _forward(self, ids: list[int], sequence: int, all_positions: bool) -> np.ndarray:
@@ -369,6 +385,8 @@ class _DecodeStep:
         self.slot = zeros((n,), int32, device=dev).sync()
         self.length = zeros((n,), int32, device=dev).sync()
         self.offset = zeros((1,), int64, device=dev).sync()
+        #: the engine state (lengths, draws) the device inputs stand for after the last replay
+        self.at: Any = None
         x, h, o, mlp = (buffer(n, hid) for _ in range(4))
         if n == 1:  # one GEMV of the stacked q/k/v rows; the heads are views of its output
             qkv = buffer(1, (hq + 2 * hkv) * d)
@@ -442,15 +460,19 @@ class _DecodeStep:
 
     def start(self, engine: "Qwen3Engine", tokens: list[int]) -> None:
         """Set the step's inputs: ``tokens`` at each sequence's next position (its length),
-        and the first random stream of the next tokens (generation index ``draws + 1``)."""
+        and the first random stream of the next tokens (generation index ``draws + 1``).
+        Positions, slots, lengths and the stream are written only when the engine's state
+        is not the one the step's own replays left (:attr:`at`)."""
         dev, n = engine.device, self.batch
-        lengths = np.asarray(engine.lengths, np.int32)
-        slots = lengths + np.arange(n, dtype=np.int32) * engine.max_seq
-        for target, values in ((self.token, np.asarray(tokens, np.int32)),
-                               (self.position, lengths), (self.slot, slots),
-                               (self.length, lengths + 1),
-                               (self.offset, np.array([n * (engine.draws + 1)], np.int64))):
+        inputs = [(self.token, np.asarray(tokens, np.int32))]
+        if self.at != (tuple(engine.lengths), engine.draws):
+            lengths = np.asarray(engine.lengths, np.int32)
+            slots = lengths + np.arange(n, dtype=np.int32) * engine.max_seq
+            inputs += [(self.position, lengths), (self.slot, slots), (self.length, lengths + 1),
+                       (self.offset, np.array([n * (engine.draws + 1)], np.int64))]
+        for target, values in inputs:
             target.copy_(tensor(values, device=dev).sync()).sync()
+        self.at = None  # (until the replays that follow succeed: the caller sets it)
 
 
 def _borrowed(t: Any) -> Any:
