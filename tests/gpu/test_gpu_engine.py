@@ -1,0 +1,65 @@
+"""The Qwen3 engine on cuda:0 with a small random checkpoint (head_dim 128, GQA): greedy tokens
+of a batch of prompts of different lengths equal transformers' float32 run of each prompt, the
+prompt's logits are as close to that run as transformers' own bfloat16 run, and sampled
+tokens equal ``sample`` of the teacher-forced logits with their random stream."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilesafe as ts
+import tilesafe.kernels as K
+from tilesafe.models.checkpoint import write_random
+from tilesafe.models.qwen3.config import Qwen3Config
+from tilesafe.models.qwen3.engine import Qwen3Engine
+
+GPU = "cuda:0"
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SMALL = Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512,
+                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=128)
+PROMPTS = [[3, 17, 99, 4, 60, 21, 7, 500, 999, 12], [5, 9, 31, 77], [100, 2, 8]]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random(SMALL, tmp_path_factory.mktemp("qwen3-gpu") / "small", seed=3,
+                        progress=False)
+
+
+def _hf(directory, dtype):
+    return transformers.Qwen3ForCausalLM.from_pretrained(directory, dtype=dtype).eval()
+
+
+def test_the_engine_on_the_gpu_matches_transformers(checkpoint):
+    reference, theirs = _hf(checkpoint, torch.float32), _hf(checkpoint, torch.bfloat16)
+    engine = Qwen3Engine(checkpoint, device=GPU, max_seq=64, batch=3)
+    ours = engine.prefill(PROMPTS[0], all_positions=True)
+    with torch.no_grad():
+        want = reference(torch.tensor([PROMPTS[0]])).logits[0].float().numpy()
+        bf16 = theirs(torch.tensor([PROMPTS[0]])).logits[0].float().numpy()
+    scale = np.abs(want).max()
+    assert np.abs(ours - want).max() / scale <= 2 * np.abs(bf16 - want).max() / scale + 2 ** -8
+    made = engine.generate(PROMPTS, 8)
+    for prompt, tokens in zip(PROMPTS, made):
+        with torch.no_grad():
+            out = reference.generate(torch.tensor([prompt]), max_new_tokens=8,
+                                     min_new_tokens=8, do_sample=False, pad_token_id=0)
+        assert tokens == out[0, len(prompt):].tolist()
+
+
+def test_sampling_on_the_gpu_follows_its_streams(checkpoint):
+    options = dict(temperature=0.8, top_k=40, top_p=0.95, seed=77)
+    engine = Qwen3Engine(checkpoint, device=GPU, max_seq=64, batch=3)
+    made = engine.generate(PROMPTS, 6, **options)
+    assert engine.generate(PROMPTS, 6, **options) == made
+    forced = Qwen3Engine(checkpoint, device=GPU, max_seq=64, batch=3)
+    logits = np.stack([forced.prefill(p, sequence=b) for b, p in enumerate(PROMPTS)])
+    for g in range(6):
+        rows = ts.tensor(logits, device=GPU).sync()
+        want = K.sample(rows, offset=3 * g, **options).sync().numpy()
+        assert [tokens[g] for tokens in made] == want.tolist()
+        logits = forced.decode([tokens[g] for tokens in made])
