@@ -113,9 +113,5 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None) -> TensorOp:
     """
     array = np.array(data, copy=True)
     target = dt.from_numpy(array.dtype) if dtype is None else dt.as_dtype(dtype)
-    memory, dev = dt.memory_dtype(target, "a tensor"), as_device(device)
-    if array.dtype == memory.storage:  # already the stored values: copied as they are
-        return TensorOp(lambda stream: Tensor.from_storage(array, memory, dev),
-                        f"tensor({array.shape}, {target.short})", dev, array.shape, memory)
     return _lazy(f"tensor({array.shape}, {target.short})", target, device, array.shape,
                  lambda d: array)

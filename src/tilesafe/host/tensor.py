@@ -192,7 +192,10 @@ class Tensor:
 
     @classmethod
     def from_values(cls, values: np.ndarray, dtype: DType, device: Device) -> "Tensor":
-        """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``."""
+        """A new contiguous tensor on ``device`` holding ``values`` rounded to ``dtype``
+        (values already in the dtype's storage type are stored as they are)."""
+        if isinstance(values, np.ndarray) and values.dtype == dtype.storage:
+            return cls.from_storage(values, dtype, device)
         return cls.from_storage(dtype.to_storage(dtype.round(values)), dtype, device)
 
     def _array(self) -> np.ndarray:
