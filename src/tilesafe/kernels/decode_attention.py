@@ -29,6 +29,7 @@ from ..kernel import kernel
 from . import _attention_args as args
 from ._online_softmax import online_softmax_step
 from ._outputs import Output
+from ._rowwise import WarpVariants
 from ._torch import accepts_torch, workspace_accepts_torch
 
 OP = "decode_attention"
@@ -166,20 +167,13 @@ def _decode_key(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any, 
     return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k3.shape[1], 8192) > 2048)
 
 
-_PARTIAL_VARIANTS: dict = {}
+_PARTIAL = WarpVariants(decode_attention_partial_kernel)
 
 
 def _partial_for(hints: Optional[dict]) -> Any:
-    """The partial kernel, or its variant compiled with per-architecture ``hints`` (a tuning
-    config's ``{"occupancy": 2}``...), made once."""
-    if not hints:
-        return decode_attention_partial_kernel
-    key = tuple(sorted(hints.items()))
-    found = _PARTIAL_VARIANTS.get(key)
-    if found is None:
-        found = _PARTIAL_VARIANTS[key] = kernel(decode_attention_partial_kernel.fn,
-                                                hints={"default": dict(hints)})
-    return found
+    """The partial kernel, or its variant compiled with a tuning config's occupancy hint
+    (``{"occupancy": 2}``...), made once."""
+    return _PARTIAL.pick((1,), {"warps": 4, "occupancy": (hints or {}).get("occupancy", 0)})
 
 
 # (sm_90, d 128, 16 rows: BN 64 uses 255 registers and 8 stack bytes, BN 32 204 and none,

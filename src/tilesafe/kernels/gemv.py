@@ -25,8 +25,8 @@ the scales of ``scaled_matmul``) into the output, loading every slice's tile at 
 round trip to memory, not one per slice). Where K allows no split (``S = 1``) the first
 launch writes the output directly.
 
-May import the host and device languages, ``errors`` and ``autotune``; knows nothing of the
-public functions in ``kernels.matmul``.
+May import the host and device languages, ``errors``, ``autotune`` and ``kernels._rowwise``
+(kernel variants by hints); knows nothing of the public functions in ``kernels.matmul``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ..dtypes import DType, float32
 from .._callsite import caller_location
 from ..errors import ArgumentError
 from ._outputs import Output
+from ._rowwise import WarpVariants
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -234,16 +235,12 @@ _VARIANTS: dict = {}
 
 
 def with_occupancy(kern: Any, config: dict) -> Any:
-    """``kern``, or its variant compiled with the config's occupancy hint (made once)."""
-    occupancy = config.get("occupancy")
-    if occupancy is None:
-        return kern
-    key = (kern.name, int(occupancy))
-    found = _VARIANTS.get(key)
-    if found is None:
-        found = _VARIANTS[key] = _make_kernel(kern.fn,
-                                              hints={"default": {"occupancy": int(occupancy)}})
-    return found
+    """``kern``, or its variant compiled with the config's occupancy hint (no hint when the
+    config has none), made once by the row-wise kernels' :class:`WarpVariants`."""
+    variants = _VARIANTS.get(kern.name)
+    if variants is None:
+        variants = _VARIANTS[kern.name] = WarpVariants(kern)
+    return variants.pick((1,), {"warps": 4, "occupancy": config.get("occupancy", 0)})
 
 
 def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,
