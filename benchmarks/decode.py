@@ -84,18 +84,9 @@ def measure(out: Path, device: str, models: Sequence[str], lengths: Sequence[int
     return rows
 
 
-def _bytes_per_token(config: Any, context: float) -> float:
-    """Bytes one decode step reads: every weight once (a tied lm head twice) and the key/value
-    cache of ``context`` positions."""
-    weights = config.parameter_count() * 2
-    if config.tie_word_embeddings:
-        weights += config.vocab_size * config.hidden_size * 2
-    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
-    return weights + kv * context
-
-
 def _roofline(config: Any, prompt: int, generated: int, rate: float, copy: float) -> float:
-    return rate * _bytes_per_token(config, prompt + generated / 2) / copy
+    from tilesafe.models.generate import bytes_per_step
+    return rate * bytes_per_step(config, prompt + generated / 2) / copy
 
 
 def _ours(directory: Path, device: str, prompt: list, lengths: Sequence[int], most: int,

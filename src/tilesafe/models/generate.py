@@ -165,18 +165,22 @@ def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace
     over the device-to-device copy rate measured now."""
     if not engine.device_name.startswith("cuda") or not rate == rate:
         return "n/a (measured on a GPU only)"
-    itemsize = 2
-    weights = config.parameter_count() * itemsize
-    if config.tie_word_embeddings:
-        weights += config.vocab_size * config.hidden_size * itemsize  # (read twice)
-    mean_len = args.prompt_tokens + args.tokens / 2
-    kv = (2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
-          * mean_len * itemsize)
-    per_step = weights + args.batch * kv
+    per_step = bytes_per_step(config, args.prompt_tokens + args.tokens / 2, args.batch)
     copy = _copy_rate(engine.device_name)
     ideal = copy / per_step
     return (f"{rate / ideal:.1%} ({per_step / 1e9:.2f} GB read per step, copy rate "
             f"{copy / 1e12:.2f} TB/s: {ideal:.1f} steps/s at the roofline)")
+
+
+def bytes_per_step(config: Qwen3Config, context: float, batch: int = 1,
+                   itemsize: int = 2) -> float:
+    """Bytes one decode step reads: every weight once (a tied lm head twice) and the
+    key/value cache of ``context`` positions for each of ``batch`` sequences."""
+    weights = config.parameter_count() * itemsize
+    if config.tie_word_embeddings:
+        weights += config.vocab_size * config.hidden_size * itemsize  # (read twice)
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * itemsize
+    return weights + batch * kv * context
 
 
 def _copy_rate(device: str) -> float:
