@@ -136,11 +136,8 @@ def timing_arguments(bound: dict, mutates: tuple) -> dict:
 
 
 def _check_timeable(name: str, value: Any, mutated: bool) -> None:
-    if mutated and not isinstance(value, (Tensor, Partition, tuple, list)) and \
-            not callable(getattr(value, "tuning_copy", None)) and \
-            not any(isinstance(v, DeviceOp) for _, v in _attributes(value)):
-        raise NotTimeable(f"argument '{name}' is named in mutates= but is a "
-                          f"{type(value).__name__}, not a tensor")
+    """NotTimeable if timing runs cannot copy the argument (checked for every argument before
+    any is copied)."""
     if isinstance(value, DeviceOp):
         raise NotTimeable(f"argument '{name}' is {value.label}, a DeviceOp not run yet")
     if isinstance(value, (MappedPartition, AtomicBorrow, BorrowMut)):
@@ -149,14 +146,21 @@ def _check_timeable(name: str, value: Any, mutated: bool) -> None:
     if isinstance(value, (tuple, list)):
         for v in value:
             _check_timeable(name, v, mutated)
+        return
+    if isinstance(value, (Tensor, Partition)) or callable(getattr(value, "tuning_copy", None)):
+        return
+    lazy = [(attr, v) for attr, v in _attributes(value) if isinstance(v, DeviceOp)]
+    if not lazy and mutated:
+        raise NotTimeable(f"argument '{name}' is named in mutates= but is a "
+                          f"{type(value).__name__}, not a tensor")
+    for attr, op in lazy:
+        if not isinstance(op, TensorOp):
+            raise NotTimeable(f"argument '{name}' holds {op.label} ('{attr}'), a DeviceOp not "
+                              "run yet")
 
 
 def _timing_copy(name: str, value: Any, mutated: bool) -> Any:
-    if isinstance(value, DeviceOp):
-        raise NotTimeable(f"argument '{name}' is {value.label}, a DeviceOp not run yet")
-    if isinstance(value, (MappedPartition, AtomicBorrow, BorrowMut)):
-        raise NotTimeable(f"argument '{name}' is a {type(value).__name__}, which timing runs "
-                          "cannot copy")
+    """The copy of an argument :func:`_check_timeable` accepted."""
     if isinstance(value, Partition):
         tensor = value._tensor  # (read only: the copy's data and layout)
         return tensor.clone().sync().partition(value.tile_shape, at=value.positions) \
@@ -170,15 +174,9 @@ def _timing_copy(name: str, value: Any, mutated: bool) -> Any:
         return maker()
     lazy = {attr: v for attr, v in _attributes(value) if isinstance(v, DeviceOp)}
     if not lazy:
-        if mutated:
-            raise NotTimeable(f"argument '{name}' is named in mutates= but is a "
-                              f"{type(value).__name__}, not a tensor")
         return value
     duplicate = copy.copy(value)
     for attr, op in lazy.items():
-        if not isinstance(op, TensorOp):
-            raise NotTimeable(f"argument '{name}' holds {op.label} ('{attr}'), a DeviceOp not "
-                              "run yet")
         setattr(duplicate, attr, empty(op.shape, dtype=op.dtype, device=op.device).sync())
     return duplicate
 
