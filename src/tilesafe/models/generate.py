@@ -99,10 +99,8 @@ def _run(args: argparse.Namespace) -> int:
                          progress=progress)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
-    logits = np.stack([engine.prefill(p, sequence=b) for b, p in enumerate(prompts)])
+    tokens = [[t] for t in engine.begin(prompts, sampling)]
     first = time.perf_counter() - started
-    tokens = [[t] for t in engine._first_tokens(logits, sampling)]
-    engine.draws = 0
     bar = _bar(args.tokens - 1, "generating", progress)
     started = time.perf_counter()
     with bar:

@@ -235,9 +235,6 @@ class Qwen3Engine:
         sequence."""
         single = len(prompts) > 0 and isinstance(prompts[0], (int, np.integer))
         batch = [list(prompts)] if single else [list(p) for p in prompts]
-        if len(batch) != self.batch:
-            raise ArgumentError(f"Qwen3Engine.generate: {len(batch)} prompt(s) for an engine "
-                                f"of batch {self.batch}", hint="pass one prompt per sequence")
         if steps < 1:
             raise ArgumentError(f"Qwen3Engine.generate: steps={steps} must be at least 1")
         sampling = Sampling(float(temperature), int(top_k), float(top_p), int(seed))
@@ -245,15 +242,19 @@ class Qwen3Engine:
             raise ArgumentError(f"Qwen3Engine: {max(map(len, batch)) + steps - 1} positions "
                                 f"exceed max_seq {self.max_seq}",
                                 hint="make the engine with a larger max_seq")
-        last = np.stack([self.prefill(ids, sequence=b) for b, ids in enumerate(batch)])
-        first = self._first_tokens(last, sampling)
-        self.draws = 0
+        first = self.begin(batch, sampling)
         made = self.continue_from(first, steps, sampling=sampling)
         return made[0] if single else made
 
-    def _first_tokens(self, logits: np.ndarray, sampling: Sampling) -> list[int]:
-        """The token after each prompt, chosen from its prefill logits as the decode step
-        chooses (random stream ``b`` for sequence ``b``)."""
+    def begin(self, prompts: Sequence[Sequence[int]], sampling: Sampling = GREEDY) -> list[int]:
+        """Prefill one prompt per sequence and return the token after each, chosen from its
+        last logits as the decode step chooses (generation index 0: random stream ``b`` for
+        sequence ``b``); :meth:`continue_from` goes on from them."""
+        if len(prompts) != self.batch:
+            raise ArgumentError(f"Qwen3Engine: {len(prompts)} prompt(s) for an engine "
+                                f"of batch {self.batch}", hint="pass one prompt per sequence")
+        logits = np.stack([self.prefill(ids, sequence=b) for b, ids in enumerate(prompts)])
+        self.draws = 0
         if sampling.greedy:
             return [int(t) for t in np.argmax(logits, axis=-1)]
         rows = tensor(logits, device=self.device).sync()
