@@ -13,7 +13,7 @@ import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe.errors import AliasingError, BorrowError, PartitionError
+from tilesafe.errors import AliasingError, BorrowError, MovedError, PartitionError
 
 GPU = "cuda:0"
 torch = pytest.importorskip("torch")
@@ -112,3 +112,36 @@ def test_device_copies_check_both_tensors_and_stay_on_the_device():
     strided = ts.zeros(2048, device=GPU).sync()
     strided.copy_(src[::2]).sync()
     np.testing.assert_array_equal(strided.numpy(), src.numpy()[::2])
+
+
+def test_device_copies_refuse_shared_moved_and_twin_borrowed_memory_and_keep_threads_apart():
+    """copy_ on the device path, attacked as a program would: into a ``.shared()`` result,
+    from a moved tensor, through a second DLPack import of memory a pending launch writes
+    (either side of the copy), and two threads copying into halves of one tensor."""
+    src = ts.arange(4096, device=GPU).sync()
+    shared = ts.zeros(4096, device=GPU).shared().sync()
+    with pytest.raises(BorrowError, match="shared"):
+        shared.copy_(src).sync()
+    moved = ts.zeros(4096, device=GPU).sync()
+    moved.partition(256)
+    with pytest.raises(MovedError):
+        src.copy_(moved).sync()
+    buffer = torch.zeros(4096, device=GPU)
+    one, two = ts.from_dlpack(buffer), ts.from_dlpack(buffer)
+    pending = bump(ts.borrow_mut(one).partition(256))
+    with pytest.raises(BorrowError):
+        two.copy_(src).sync()
+    with pytest.raises(BorrowError):
+        src.copy_(two).sync()
+    pending.sync()
+    dst = ts.zeros(4096, device=GPU).sync()
+
+    def copy_half(i):
+        for _ in range(20):
+            dst[i * 2048:(i + 1) * 2048].copy_(src[i * 2048:(i + 1) * 2048]).sync()
+    threads = [threading.Thread(target=copy_half, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(dst.numpy(), np.arange(4096, dtype=np.float32))
