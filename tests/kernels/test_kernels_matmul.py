@@ -67,8 +67,10 @@ def test_the_paths_the_shapes_take():
     assert path(16, 151936, ts.bfloat16, False) == "skinny"
     assert path(17, 4096, ts.float16, False) == "tiled"
     assert path(1024, 1024, ts.float16, False) == "tiled"
-    assert path(2048, 2048, ts.float16, False) == "persistent"
-    assert path(8192, 1024, ts.float16, False) == "persistent"
+    assert path(2048, 2048, ts.float16, False) == "tiled"       # 256 tiles: under 3 waves
+    assert path(512, 9728, ts.bfloat16, False) == "tiled"       # 304 tiles
+    assert path(4096, 4096, ts.float16, False) == "persistent"  # 1024 tiles
+    assert path(8192, 1024, ts.float16, False) == "persistent"  # 512 tiles
 
 
 def test_split_k_slices():
@@ -181,10 +183,10 @@ def test_one_row_through_the_mma_path():
 
 
 def test_few_rows_many_columns_take_persistent_64_row_tiles():
-    """33 rows on 16900 columns: more 128 x 128 tiles than SMs, so persistent, in 64 x 128
+    """33 rows on 60000 columns: three waves of 128 x 128 tiles, so persistent, in 64 x 128
     tiles (the rows of a prefill chunk on a vocabulary projection)."""
-    a, b = _operands(33, 16900, 24, "float16", seed=10)
-    assert mm_module.path_of(33, 16900, ts.float16, False) == "persistent"
+    a, b = _operands(33, 60000, 24, "float16", seed=10)
+    assert mm_module.path_of(33, 60000, ts.float16, False) == "persistent"
     y = matmul(ts.tensor(a).sync(), ts.tensor(b).sync()).sync()
     _assert_close(y.numpy(), a, b.T, "float16")
 

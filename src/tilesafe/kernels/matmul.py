@@ -11,8 +11,9 @@ Three paths, chosen by the shape on the host (each tuned by ``tilesafe.autotune`
 
 * M <= 16 (a decode step): the skinny path of ``kernels.gemv``, where the weight is read once
   at memory bandwidth (split-K when the column blocks alone are too few for the SMs);
-* fewer 128 x 128 output tiles than SMs: one output tile per program (``matmul_tiled``),
-  tiles sized so that the grid fills the GPU;
+* fewer than ``PERSISTENT_WAVES`` waves of 128 x 128 output tiles (one wave: one tile per
+  SM): one output tile per program (``matmul_tiled``), tiles sized so that the grid fills the
+  GPU;
 * otherwise persistent: one program per SM walking bands of ``GROUP_ROWS`` tile rows column
   by column (``matmul_persistent``, a ``MappedPartitionMut``), so that the programs running
   at once share their A and B tiles in L2.
@@ -49,6 +50,12 @@ __all__ = ["matmul", "scaled_matmul"]
 SM_COUNT = _skinny.SM_COUNT
 #: rows of tiles a persistent program's band spans (L2 reuse of the B tiles)
 GROUP_ROWS = 8
+#: 128 x 128 tiles per SM from which the persistent path runs. Below it, on the H100 with
+#: tileiras 13.4, some persistent configs never finish: 128 x 128 tiles at (512, 6144, 1024)
+#: (192 tiles: 1.5 per SM) and every 2-CTA cluster config at (512, 9728, 2560) spin forever,
+#: while the same kernels finish at 8192^3 (benchmarks/results/h100-2026-11-24/matmul_hang/).
+#: With one tile per program the tiled path needs no loop over tiles and loses little there.
+PERSISTENT_WAVES = 3
 #: M at or below which the skinny path runs
 SKINNY_ROWS = 16
 MATMUL_DTYPES = (float16, bfloat16)
@@ -138,9 +145,7 @@ LARGE_CONFIGS = (  # (8192^3 f16 on the H100: 699, 690, 676, 380 TFLOP/s; cuBLAS
     {"BM": 128, "BN": 256, "BK": 32, "warps": 8, "cga": 1},
     {"BM": 128, "BN": 256, "BK": 64, "warps": 8, "cga": 1},
     {"BM": 128, "BN": 128, "BK": 64, "warps": 4, "cga": 1},
-    {"BM": 128, "BN": 256, "BK": 64, "warps": 4, "cga": 2},
-    {"BM": 128, "BN": 128, "BK": 64, "warps": 4, "cga": 2},
-)
+)  # 2-CTA clusters (380 TFLOP/s at 8192^3) are left out: they hung at (512, 9728, 2560)
 #: one tile per program, for problems with fewer 128 x 128 tiles than SMs
 MEDIUM_CONFIGS = (
     {"BM": 128, "BN": 64, "BK": 64, "warps": 4, "cga": 1},
@@ -217,7 +222,7 @@ def path_of(m: int, n: int, dtype: DType, scaled: bool) -> str:
     """Which path ``m`` x ``n`` outputs take: "gemv", "skinny", "tiled" or "persistent"."""
     if m <= SKINNY_ROWS:
         return "gemv" if _skinny.uses_gemv(m, dtype, scaled) else "skinny"
-    return "persistent" if _tiles(m, n, 128, 128) >= SM_COUNT else "tiled"
+    return "persistent" if _tiles(m, n, 128, 128) >= PERSISTENT_WAVES * SM_COUNT else "tiled"
 
 
 _LAUNCHERS: dict[str, Callable[..., DeviceOp]] = {
