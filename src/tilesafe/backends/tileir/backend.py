@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Optional, Sequence
 
+from ..._callsite import caller_location
 from ...compiler.ir import KernelIR
 from ...driver import cuda
 from ...driver.device import Device
+from ...errors import PartitionRankError
 from ..base import KernelArg, Stage, Target
 from . import cache
 from .executable import TileIRExecutable
@@ -61,6 +63,7 @@ class TileIRBackend:
         return Target(self.name, arch)
 
     def launch_facts(self, ir: KernelIR, args: Sequence[KernelArg]) -> Hashable:
+        refuse_hanging_launch(ir, args)
         return launch_facts(ir, args)
 
     def stages(self, target: Target, *, hints: dict, facts: Hashable,
@@ -110,3 +113,21 @@ class TileIRBackend:
             tool = find_tileiras()
             return f"kernels compile with tileiras {tool.version} ({tool.path})"
         return probe
+
+
+def refuse_hanging_launch(ir: KernelIR, args: Sequence[KernelArg]) -> None:
+    """Refuse a launch known not to finish on the GPU: a rank-3 indexed partition of a tensor
+    whose leading extent is above 1. On the H100 (tileiras 13.4), a (1, 2, 128) tile of a
+    (3, 2, 8192) tensor at device-computed positions never finished, while the same cubin
+    finished for a (1, 2, 8192) tensor (``kv_cache_update`` of a batch of 3 against a batch of
+    1); the cause is not known. Ranks 1 and 2 are tested on the GPU."""
+    for arg in args:
+        if getattr(arg, "positions", None) is None or len(arg.shape) < 3 or arg.shape[0] <= 1:
+            continue
+        raise PartitionRankError(
+            f"kernel '{ir.name}': its indexed partition '{arg.name}' is a rank-{len(arg.shape)} "
+            f"tensor of shape {tuple(arg.shape)}; rank-3 indexed partitions of a tensor whose "
+            "first extent is above 1 can hang on the GPU (the kernel never finishes)",
+            caller_location(),
+            hint="view the output with fewer axes (reshape it so that each program's tile is a "
+                 "row or a 2-D block, with positions of that rank), or run on the cpu device")

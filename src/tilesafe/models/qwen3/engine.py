@@ -102,7 +102,8 @@ class Qwen3Engine:
         dtype: the run dtype; weights are converted to it once, on the host.
         max_seq: the key/value cache's length per sequence (prompt plus generated tokens).
         batch: sequences decoded together (1 to :data:`MAX_BATCH`): each has its own cache
-            rows, length and prompt; one replay of the decode step advances all of them.
+            rows, length and prompt; one replay of the decode step advances all of them. On
+            a GPU only 1 today (the KV-cache write of a batch hung there).
         progress: show a progress bar while the weights load.
     """
 
@@ -120,6 +121,13 @@ class Qwen3Engine:
         if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
             raise ArgumentError(f"Qwen3Engine: batch={batch!r} must be an int in "
                                 f"[1, {MAX_BATCH}]")
+        if batch > 1 and as_device(device).kind != "cpu":
+            raise ArgumentError(
+                f"Qwen3Engine: batch={batch} on {as_device(device)}: on a GPU the engine runs "
+                "batch 1 only. At batch 2 and above its KV-cache write is a rank-3 indexed "
+                "partition over the batch, which never finished on the H100 and which the GPU "
+                "backend refuses (PartitionRankError)",
+                hint="pass batch=1 (one engine per sequence), or device='cpu'")
         self.device = device
         self.device_name = str(as_device(device))
         self.max_seq = int(max_seq)
