@@ -172,6 +172,15 @@ def test_the_winner_is_kept_in_memory_per_key(fake):
     assert len(fake.timed) > count
 
 
+def test_a_single_config_is_used_without_timing_or_storing(fake, cache, capsys):
+    tuned = make_scale(configs=[{"rows": 4}])
+    x_np, x = inputs()
+    out = run_scale(tuned, x)
+    assert fake.timed == [] and stored_entries(cache) == {}
+    assert capsys.readouterr().err == ""
+    assert np.allclose(out.numpy(), 2.5 * x_np)
+
+
 def test_a_failing_config_is_skipped(fake, capsys):
     fake.times[3] = 0.5                          # the fastest, but rows=3 is no power of two
     tuned = make_scale(configs=[{"rows": 1}, {"rows": 3}, {"rows": 2}])
@@ -380,6 +389,22 @@ def test_the_shipped_sm_90_table_is_a_valid_packaged_table():
     assert json.loads(shipped.read_text())["format"] == store.FORMAT
     pyproject = Path(__file__).parent.parent / "pyproject.toml"
     assert '"kernels/tuned/*.json"' in pyproject.read_text()
+
+
+def test_every_shipped_entry_names_a_library_function_and_one_of_its_configs():
+    import importlib
+    tuned = {}
+    for name in ("matmul", "gemv", "norms", "activations", "embedding", "kv_cache", "attention",
+                 "decode_attention", "rope", "sampling"):
+        module = importlib.import_module(f"tilesafe.kernels.{name}")
+        tuned.update({v.name: v for v in vars(module).values() if isinstance(v, importlib.import_module("tilesafe.autotune").Tuned)})
+    entries = store.read_entries(store.SHIPPED_DIR / "sm_90.json")
+    assert entries, "the shipped table is empty"
+    for eid, entry in entries.items():
+        key = entry["full_key"]
+        assert eid == keys.entry_id(key) and key["arch"] == "sm_90"
+        function = tuned[key["function"]]
+        assert store.usable_index(entry, key, function.configs) is not None, key
 
 
 # -- misuse ------------------------------------------------------------------------------------

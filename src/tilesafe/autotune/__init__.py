@@ -27,7 +27,8 @@ partition, or lazy tensor) stands for its shape and dtype, other values for them
 
 Which config a call uses, in order:
 
-1. on a device the tuner cannot time (``cpu``): the first config, nothing timed;
+1. on a device the tuner cannot time (``cpu``), or with a single config: the first config,
+   nothing timed or stored;
 2. the winner this process already found for the full key (:mod:`.keys`: function, source of
    it and its kernels, toolchain, architecture and device name, key values);
 3. the on-disk store (:mod:`.store`, under ``$TILESAFE_CACHE_DIR``);
@@ -166,6 +167,8 @@ class Tuned:
         """Steps 3-5 of the module docstring: the config index, or None for a call that could
         not be timed (the device cannot time now, or timing runs cannot copy its arguments:
         the default runs, and a later call with the same key is timed if it can be)."""
+        if len(self.configs) == 1:  # nothing to choose: nothing timed or stored
+            return 0
         wanted = self.full_key(strategy.describe(device), values)
         for found in (store.lookup(wanted, self.configs),
                       store.shipped_lookup(wanted, self.configs)):
