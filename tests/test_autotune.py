@@ -391,6 +391,13 @@ def test_the_shipped_sm_90_table_is_a_valid_packaged_table():
     assert '"kernels/tuned/*.json"' in pyproject.read_text()
 
 
+def test_the_toolchain_names_the_package_version_of_pyproject():
+    from pathlib import Path
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    assert f'version = "{ts.__version__}"' in pyproject
+    assert keys.toolchain()["tilesafe"] == ts.__version__
+
+
 def test_every_shipped_entry_names_a_library_function_and_one_of_its_configs():
     import importlib
     tuned = {}

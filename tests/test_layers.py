@@ -3,7 +3,7 @@ to a layer below it (or its own), and module-level imports form no cycle.
 
 The layers, bottom up (ARCHITECTURE.md draws them):
 
-* ``base``: ``errors``, ``dtypes``, ``shapes``, ``_compiled``, ``_callsite``
+* ``base``: ``errors``, ``dtypes``, ``shapes``, ``_compiled``, ``_callsite``, ``_version``
 * ``compiler`` (device side: front end, IR, verifier, op registry), and above it the device
   language ``core`` (what kernels, the kernel library's too, are written in)
 * ``driver`` (devices, platforms, CUDA calls, streams, the ownership ledger)
@@ -27,7 +27,7 @@ import pytest
 import tilesafe
 
 ROOT = Path(tilesafe.__file__).parent
-BASE = {"errors", "dtypes", "shapes", "_compiled", "_callsite"}
+BASE = {"errors", "dtypes", "shapes", "_compiled", "_callsite", "_version"}
 TOP = {"__init__", "__main__", "check", "cli", "_demo"}
 #: the device language (``tilesafe.core``): kernels are written in it, the kernel library too
 LANGUAGE = {"core"}

@@ -31,7 +31,7 @@ from .kernel import Kernel, compile, function, kernel, unsafe
 from .autotune import Tuned, TunedKernel, autotune
 from .errors import TuningError
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "kernel", "function", "unsafe", "compile", "Kernel", "DeviceOp", "SharedOp", "zip", "value",

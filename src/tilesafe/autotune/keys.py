@@ -17,6 +17,7 @@ import inspect
 import json
 from typing import Any, Callable, Iterable, Optional
 
+from .._version import __version__
 from ..compiler.source import DeviceFunction
 from ..dtypes import DType
 from ..kernel import Kernel
@@ -85,11 +86,7 @@ def source_hash(fn: Callable, kernels: Iterable[Any]) -> str:
 def toolchain() -> dict:
     """The versions a tuning result depends on: tilesafe's and tileiras' (``"none"`` when no
     tileiras is found)."""
-    from importlib import metadata
-    try:
-        mine = metadata.version("tilesafe")
-    except metadata.PackageNotFoundError:
-        mine = "unknown"
+    mine = __version__  # (the package's own: also without install metadata)
     try:
         from ..backends.tileir.tileiras import find_tileiras
         assembler = find_tileiras().version
