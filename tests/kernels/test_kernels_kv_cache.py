@@ -228,3 +228,41 @@ def test_torch_tensors_with_rows_that_are_not_a_power_of_two():
                     layout="nhd")
     assert torch.equal(cache_k[[4, 0]], k) and torch.equal(cache_v[[4, 0]], -k)
     assert bool((cache_k[1:4] == -1.0).all()) and bool((cache_v[1:4] == -2.0).all())
+
+
+def test_coordinates_already_in_the_workspace_skip_their_launch_and_stay_validated(
+        rng, monkeypatch):
+    """Two layers' caches written at the same slots: the second update reuses the coordinates
+    the first wrote into the workspace (one launch fewer); coordinates that no longer fit are
+    still refused with nothing written."""
+    shape = (2, 2, 5, 4)
+    slots = on(np.array([7, 1], np.int32))  # sequence 1 position 2, sequence 0 position 1
+    workspace = ts.zeros((2, 3), ts.int32).sync()
+    k = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    first, second = caches(shape), caches(shape)
+    import importlib
+    module = importlib.import_module("tilesafe.kernels.kv_cache")
+    launched = []
+
+    def counted(*a, **kw):
+        launched.append(1)
+        return original(*a, **kw)
+    original = module.head_major_coordinates
+    monkeypatch.setattr(module, "head_major_coordinates", counted)
+    kv_cache_update(*first, on(k), on(k), slots, workspace=workspace).sync()
+    assert len(launched) == 1
+    kv_cache_update(*second, on(k), on(k), slots, workspace=workspace,
+                    coordinates_in_workspace=True).sync()
+    assert len(launched) == 1  # reused
+    for a, b in zip(first, second):
+        assert np.array_equal(a.numpy(), b.numpy())
+    assert second[0].numpy()[1, :, 2].tolist() == k[0].tolist()
+    workspace.copy_(on(np.array([[0, 0, 1], [0, 0, 1]], np.int32))).sync()  # a repeat
+    third = caches(shape)
+    with pytest.raises(ts.PositionsError, match="names the same tile as positions"):
+        kv_cache_update(*third, on(k), on(k), slots, workspace=workspace,
+                        coordinates_in_workspace=True).sync()
+    assert np.all(third[0].numpy() == -1.0)
+    with pytest.raises(ts.ArgumentError, match="coordinates_in_workspace=True needs "
+                       "layout='hnd' and the workspace="):
+        kv_cache_update(*third, on(k), on(k), slots, coordinates_in_workspace=True)

@@ -27,8 +27,8 @@ def hf_inv_freq(head_dim: int, base: float) -> np.ndarray:
 
 def reference(x: np.ndarray, positions: np.ndarray, base: float, layout: str) -> tuple:
     """x rotated in float64 from transformers' float32 frequencies, and the magnitude of
-    the products summed for each element (|x1*cos| + |x2*sin|), which bounds float32's
-    rounding error."""
+    the products summed for each element (|x1*cos| + |x2*sin| for the first of a pair,
+    |x2*cos| + |x1*sin| for the second), which bounds float32's rounding error."""
     d = x.shape[-1]
     freqs = (positions.astype(np.float32)[:, None] * hf_inv_freq(d, base)[None, :])
     freqs = freqs.astype(np.float32).astype(np.float64)
@@ -41,7 +41,8 @@ def reference(x: np.ndarray, positions: np.ndarray, base: float, layout: str) ->
     x1, x2 = x[..., first], x[..., second]
     out[..., first] = x1 * cos - x2 * sin
     out[..., second] = x2 * cos + x1 * sin
-    size[..., first] = size[..., second] = np.abs(x1 * cos) + np.abs(x2 * sin)
+    size[..., first] = np.abs(x1 * cos) + np.abs(x2 * sin)
+    size[..., second] = np.abs(x2 * cos) + np.abs(x1 * sin)
     return out, size
 
 
@@ -198,3 +199,77 @@ def test_torch_tensors_rotated_in_place():
     assert got_q is q and got_k is k
     check(q.numpy(), reference(q_np, positions, 1e6, "neox"), "float32")
     check(k.numpy(), reference(k_np, positions, 1e6, "neox"), "float32")
+
+
+# -- QK-norm in the same launch -----------------------------------------------------------------
+
+def _rms_reference(x: np.ndarray, weight: np.ndarray, eps: float, dtype: str) -> np.ndarray:
+    """Qwen3's RMSNorm of each head in float64, rounded as the kernel rounds (to ``dtype``
+    after the scaling, and again after the weight)."""
+    x64 = x.astype(np.float64)
+    normed = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)
+    normed = normed.astype(NP_DTYPES[dtype]).astype(np.float64)
+    return (normed * weight.astype(np.float64)).astype(NP_DTYPES[dtype])
+
+
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 128), ("float16", 12),
+                                             ("float32", 8)])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_rope_with_qk_norm_equals_rms_norm_then_rope(rng, layout, dtype, head_dim, in_place):
+    from tilesafe.kernels import rms_norm
+    tokens, heads, kv_heads, eps = 3, 4, 2, 1e-6
+    table = rope_cache(20, head_dim).sync()
+    q = (3 * rng.standard_normal((tokens, heads, head_dim))).astype(NP_DTYPES[dtype])
+    k = (3 * rng.standard_normal((tokens, kv_heads, head_dim))).astype(NP_DTYPES[dtype])
+    wq = rng.standard_normal(head_dim).astype(NP_DTYPES[dtype])
+    wk = rng.standard_normal(head_dim).astype(NP_DTYPES[dtype])
+    positions = np.array([0, 7, 19], np.int32)
+    # the two launches this one replaces
+    qn = rms_norm(on(q).reshape(tokens * heads, head_dim), on(wq), eps=eps).sync()
+    kn = rms_norm(on(k).reshape(tokens * kv_heads, head_dim), on(wk), eps=eps).sync()
+    want_q, want_k = rope(qn.reshape(tokens, heads, head_dim),
+                          kn.reshape(tokens, kv_heads, head_dim), table, on(positions),
+                          layout=layout).sync()
+    qt, kt = on(q), on(k)
+    out = {} if in_place else dict(q_out=ts.empty(q.shape, qt.dtype).sync(),
+                                   k_out=ts.empty(k.shape, kt.dtype).sync())
+    got_q, got_k = rope(qt, kt, table, on(positions), layout=layout, q_norm=on(wq),
+                        k_norm=on(wk), eps=eps, **out).sync()
+    assert (got_q is qt) == in_place
+    assert np.array_equal(got_q.numpy(), want_q.numpy())
+    assert np.array_equal(got_k.numpy(), want_k.numpy())
+    # and against float64: the heads normalized in float64 and rounded as the kernel rounds,
+    # then rotated. The kernel's float32 normalization may differ from it by a few float32
+    # ulps, and so round to the neighbouring value of dtype: one ulp of dtype (2 EPS) of the
+    # normalized heads, or a few float32 ulps, on top of the rotation's own bound.
+    for got, x, w in ((got_q, q, wq), (got_k, k, wk)):
+        value, size = reference(_rms_reference(x, w, eps, dtype), positions, 1_000_000.0,
+                                layout)
+        err = np.abs(got.numpy().astype(np.float64) - value)
+        bound = EPS[dtype] * np.abs(value) + (2 * EPS[dtype] + 8 * EPS["float32"]) * size
+        assert np.all(err <= bound), float((err / np.maximum(bound, 1e-300)).max())
+    if not in_place:
+        assert np.array_equal(qt.numpy(), q) and np.array_equal(kt.numpy(), k)
+
+
+def test_rope_qk_norm_argument_errors(rng):
+    table = rope_cache(8, 8).sync()
+    q = on(rng.standard_normal((2, 3, 8)).astype(np.float32))
+    k = on(rng.standard_normal((2, 1, 8)).astype(np.float32))
+    pos = on(np.array([0, 1], np.int32))
+    w = on(np.ones(8, np.float32))
+    cases = [
+        (dict(q_norm=w), "rope: q_norm= and k_norm= go together: one of them is missing"),
+        (dict(q_norm=w, k_norm=on(np.ones(6, np.float32))),
+         r"rope: k_norm has shape \(6,\) and dtype float32; it must be a contiguous \(8,\) "
+         r"float32 tensor"),
+        (dict(q_norm=on(np.ones(8, np.float16)), k_norm=w),
+         r"rope: q_norm has shape \(8,\) and dtype float16"),
+        (dict(q_norm=w, k_norm=w, eps=0.0), "rope: eps=0.0 must be positive"),
+    ]
+    for extra, words in cases:
+        before = (q.numpy().copy(), k.numpy().copy())
+        with pytest.raises(ts.ArgumentError, match=words):
+            rope(q, k, table, pos, **extra)
+        assert np.array_equal(q.numpy(), before[0]) and np.array_equal(k.numpy(), before[1])

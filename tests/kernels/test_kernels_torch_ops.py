@@ -60,6 +60,20 @@ def test_in_place_ops_change_their_arguments():
                           atol=1e-5)
 
 
+def test_rope_with_qk_norm_as_a_torch_op_rotates_in_place():
+    from tilesafe.kernels import rope_cache
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 4, 8, generator=g), torch.randn(2, 2, 8, generator=g)
+    wq, wk = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    table = torch.from_numpy(rope_cache(16, 8).sync().numpy())
+    positions = torch.tensor([3, 11], dtype=torch.int32)
+    want_q = T.rms_norm(q.reshape(8, 8), wq, 1e-6).reshape(2, 4, 8)
+    want_k = T.rms_norm(k.reshape(4, 8), wk, 1e-6).reshape(2, 2, 8)
+    T.rope(want_q, want_k, table, positions, "neox")
+    assert _fake_matches(T.rope, q, k, table, positions, "neox", wq, wk, 1e-6) is None
+    assert torch.equal(q, want_q) and torch.equal(k, want_k)
+
+
 def test_the_ops_trace_into_torch_compile_without_a_break():
     def block(x, w, up):
         h = T.rms_norm(x, w, 1e-6)

@@ -88,13 +88,14 @@ def head_major_coordinates(out: tc.MutTensor["S", ("N", 4)], slots: tc.Tensor["S
     out.store(tc.cat((s // max_len, zero, s % max_len, zero), axis=1))
 
 
-@autotune(configs=[{}], key=lambda cache_k, cache_v, k, v, slots, head_major, workspace: (
+@autotune(configs=[{}], key=lambda cache_k, cache_v, k, v, slots, head_major, workspace, reuse: (
               cache_k.shape[-1] * cache_k.shape[-2], cache_k.dtype.name, head_major),
           kernels=(kv_write_rows, kv_write_padded_rows, slot_coordinates, kv_write_heads,
                    head_major_coordinates),
           mutates=("cache_k", "cache_v"))
 def _launch(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor, slots: Tensor,
-            head_major: bool, workspace: Optional[Tensor], *, config: dict) -> DeviceOp:
+            head_major: bool, workspace: Optional[Tensor], reuse: bool, *,
+            config: dict) -> DeviceOp:
     tokens, heads, d = k.shape
     n = min(1024, args.pow2(tokens))
     done = lambda r: (cache_k, cache_v)  # noqa: E731 (the caller's tensors, whatever shape)
@@ -105,13 +106,14 @@ def _launch(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor, slots: Tenso
         # (the 4th column of the tile is padding, never written)
         coordinates = _coordinates(workspace, tokens, 3, slots)
 
-        def write_heads(r: Any) -> DeviceOp:
-            at = coordinates.tensor(r.out)
+        def write_heads(at: Tensor) -> DeviceOp:
             return kv_write_heads(borrow_mut(cache_k.reshape(*view)).partition(tile, at=at),
                                   borrow_mut(cache_v.reshape(*view)).partition(tile, at=at),
                                   k, v)
-        return head_major_coordinates(coordinates.partition((n, 4)), slots,
-                                      max_len).then(write_heads).then(done)
+        if reuse:  # the workspace holds these slots' coordinates already
+            return write_heads(workspace).then(done)
+        return head_major_coordinates(coordinates.partition((n, 4)), slots, max_len).then(
+            lambda r: write_heads(coordinates.tensor(r.out))).then(done)
     width = heads * d
     num_slots = cache_k.size // width
     done = lambda r: (cache_k, cache_v)  # noqa: E731 (the caller's tensors, whatever shape)
@@ -143,7 +145,8 @@ def _coordinates(workspace: Optional[Tensor], tokens: int, rank: int, slots: Ten
 @accepts_torch
 def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
                     slots: Tensor, *, layout: str = "hnd",
-                    workspace: Optional[Tensor] = None) -> DeviceOp:
+                    workspace: Optional[Tensor] = None,
+                    coordinates_in_workspace: bool = False) -> DeviceOp:
     """Write new keys and values into the cache slots ``slots``, in place: token ``i``'s
     ``k[i]``/``v[i]`` (its ``kv_heads`` rows) become the cache's rows of slot ``slots[i]``
     (``index_copy_`` on the token rows).
@@ -165,6 +168,13 @@ def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
             ``(tokens, 2)``; the slots' dtype and device); allocated per call when left out.
             A call that allocates cannot be recorded into a tilesafe CUDA graph: give a
             workspace to record one.
+        coordinates_in_workspace: ``True`` when ``workspace`` already holds the
+            coordinates of these ``slots`` for a cache of this shape, written by an earlier
+            update on the same stream (the previous layer's, in a decode step that writes
+            every layer's cache at the same slots): the launch that computes them is
+            skipped. The write still proves them distinct and inside the cache before
+            anything is written, so stale coordinates write the wrong rows of this cache,
+            never outside it. ``"hnd"`` layout only.
 
     Returns:
         A DeviceOp whose result is ``(cache_k, cache_v)``.
@@ -223,8 +233,14 @@ def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
         if not x.is_contiguous:
             raise args.fail(op, f"{name} is not contiguous (strides {tuple(x.strides)})",
                             f"pass a contiguous {name} ({name}.clone())")
+    if coordinates_in_workspace and (not head_major or workspace is None):
+        raise args.fail(op, "coordinates_in_workspace=True needs layout='hnd' and the "
+                        "workspace= an earlier update filled",
+                        "pass the workspace of the earlier update at the same slots, or "
+                        "leave coordinates_in_workspace=False")
     if workspace is not None:  # checked before anything is launched
         width = k.shape[1] * k.shape[2]
         if head_major or width != args.pow2(width):
             _coordinates(workspace, k.shape[0], 3 if head_major else 2, slots)
-    return _launch(cache_k, cache_v, k, v, slots, head_major, workspace)
+    return _launch(cache_k, cache_v, k, v, slots, head_major, workspace,
+                   bool(coordinates_in_workspace))

@@ -32,6 +32,7 @@ from . import _token_args as args
 from ._token_args import MEMORY_BOUND_HINTS
 from ._outputs import Output
 from ._torch import accepts_torch
+from .norms import _rms_normalize
 
 LAYOUTS = ("neox", "gptj")
 
@@ -114,6 +115,52 @@ def _rotate(t, cache, positions, i, half, TT, ROWS, COLS, HALFP, NEOX):
     return y.reshape((TT, ROWS, COLS)).astype(t.dtype)
 
 
+@function
+def _normalize_heads(t, weight, hidden, eps, TT, ROWS, COLS, HALFP, NEOX):
+    """RMSNorm of each head of the (TT, ROWS, COLS) tile ``t`` with ``weight`` (viewed (2, d/2)
+    for NeoX, (1, d) for GPT-J), rounded as ``rms_norm`` rounds; NeoX heads are row pairs."""
+    if NEOX:
+        w = weight.partition((2, HALFP)).load((0, 0), padding=0).reshape((1, COLS * 2))
+        heads = t.astype(tc.f32).reshape((TT * (ROWS // 2), COLS * 2))
+    else:
+        w = weight.partition((1, COLS)).load((0, 0), padding=0)
+        heads = t.astype(tc.f32).reshape((TT * ROWS, COLS))
+    return _rms_normalize(heads, w, hidden, eps, t.dtype).reshape((TT, ROWS, COLS))
+
+
+@kernel(hints=MEMORY_BOUND_HINTS)
+def rope_norm_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
+                      k: tc.MutTensor["T", ("TT", "KR", "COLS")],
+                      cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+                      q_norm: tc.Tensor["T", (-1, -1)], k_norm: tc.Tensor["T", (-1, -1)],
+                      hidden: float, eps: float, half: int, HALFP: tc.Const[int],
+                      NEOX: tc.Const[bool]):
+    """RMS-normalize TT tokens' query and key heads, then rotate them, in place."""
+    i, _, _ = tc.get_tile_block_id()
+    qn = _normalize_heads(q.load(), q_norm, hidden, eps, TT, QR, COLS, HALFP, NEOX)
+    kn = _normalize_heads(k.load(), k_norm, hidden, eps, TT, KR, COLS, HALFP, NEOX)
+    q.store(_rotate(qn, cache, positions, i, half, TT, QR, COLS, HALFP, NEOX))
+    k.store(_rotate(kn, cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
+
+
+@kernel(hints=MEMORY_BOUND_HINTS)
+def rope_norm_copy(q_out: tc.MutTensor["T", ("TT", "QR", "COLS")],
+                   k_out: tc.MutTensor["T", ("TT", "KR", "COLS")],
+                   q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
+                   cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+                   q_norm: tc.Tensor["T", (-1, -1)], k_norm: tc.Tensor["T", (-1, -1)],
+                   hidden: float, eps: float, half: int, HALFP: tc.Const[int],
+                   NEOX: tc.Const[bool]):
+    """Write TT tokens' RMS-normalized, rotated query and key heads to ``q_out``/``k_out``."""
+    i, _, _ = tc.get_tile_block_id()
+    qn = _normalize_heads(tc.load_tile_like(q, q_out), q_norm, hidden, eps, TT, QR, COLS, HALFP,
+                          NEOX)
+    kn = _normalize_heads(tc.load_tile_like(k, k_out), k_norm, hidden, eps, TT, KR, COLS, HALFP,
+                          NEOX)
+    q_out.store(_rotate(qn, cache, positions, i, half, TT, QR, COLS, HALFP, NEOX))
+    k_out.store(_rotate(kn, cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
+
+
 @kernel(hints=MEMORY_BOUND_HINTS)
 def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
                  k: tc.MutTensor["T", ("TT", "KR", "COLS")],
@@ -159,28 +206,38 @@ def _tokens_per_program(config: dict, tokens: int) -> int:
 
 
 @autotune(configs=[{"tokens": 1}, {"tokens": 2}, {"tokens": 4}],
-          key=lambda q, k, cache, positions, neox, q_out, k_out: (
-              q.shape[1], k.shape[1], q.shape[2], q.dtype.name, q_out is None),
-          kernels=(rope_inplace, rope_copy), mutates=("q", "k", "q_out", "k_out"))
+          key=lambda q, k, cache, positions, neox, q_out, k_out, norms: (
+              q.shape[1], k.shape[1], q.shape[2], q.dtype.name, q_out is None,
+              norms is not None),
+          kernels=(rope_inplace, rope_copy, rope_norm_inplace, rope_norm_copy),
+          mutates=("q", "k", "q_out", "k_out"))
 def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
-            q_out: Optional[Output], k_out: Optional[Output], *, config: dict) -> DeviceOp:
+            q_out: Optional[Output], k_out: Optional[Output], norms: Optional[tuple], *,
+            config: dict) -> DeviceOp:
     tt = _tokens_per_program(config, q.shape[0])
     d = q.shape[2]
     consts = dict(half=d // 2, HALFP=args.pow2(d // 2), NEOX=neox)
+    normed = ()
+    if norms is not None:  # (q_norm, k_norm, eps): weights viewed as the heads' rows
+        shape = (2, d // 2) if neox else (1, d)
+        normed = (norms[0].reshape(*shape), norms[1].reshape(*shape), float(d), norms[2])
     if q_out is None:
-        return rope_inplace(borrow_mut(_layout_view(q, neox)).partition(_tiles(q, tt, neox)),
-                            borrow_mut(_layout_view(k, neox)).partition(_tiles(k, tt, neox)),
-                            cache, positions, **consts).then(lambda r: (q, k))
-    return rope_copy(q_out.partition(_tiles(q, tt, neox)), k_out.partition(_tiles(k, tt, neox)),
-                     _layout_view(q, neox), _layout_view(k, neox), cache, positions,
-                     **consts).then(lambda r: (q_out.tensor(r.q_out).reshape(*q.shape),
-                                               k_out.tensor(r.k_out).reshape(*k.shape)))
+        kernel_ = rope_norm_inplace if normed else rope_inplace
+        return kernel_(borrow_mut(_layout_view(q, neox)).partition(_tiles(q, tt, neox)),
+                       borrow_mut(_layout_view(k, neox)).partition(_tiles(k, tt, neox)),
+                       cache, positions, *normed, **consts).then(lambda r: (q, k))
+    kernel_ = rope_norm_copy if normed else rope_copy
+    return kernel_(q_out.partition(_tiles(q, tt, neox)), k_out.partition(_tiles(k, tt, neox)),
+                   _layout_view(q, neox), _layout_view(k, neox), cache, positions, *normed,
+                   **consts).then(lambda r: (q_out.tensor(r.q_out).reshape(*q.shape),
+                                             k_out.tensor(r.k_out).reshape(*k.shape)))
 
 
 @accepts_torch
 def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
          layout: str = "neox", q_out: Optional[Tensor] = None,
-         k_out: Optional[Tensor] = None) -> DeviceOp:
+         k_out: Optional[Tensor] = None, q_norm: Optional[Tensor] = None,
+         k_norm: Optional[Tensor] = None, eps: float = 1e-6) -> DeviceOp:
     """Rotate query and key heads by their tokens' positions (rotary embedding).
 
     By default ``q`` and ``k`` are rotated in place (one pass over them, what a decode step
@@ -202,6 +259,11 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
             ``"gptj"`` (rotate interleaved pairs).
         q_out, k_out: both ``None`` (in place), or both given: tensors shaped and typed like
             ``q`` and ``k`` to write instead.
+        q_norm, k_norm: both ``None``, or both given: ``(head_dim,)`` weights of an RMSNorm
+            applied to each query / key head before it is rotated (Qwen3's QK-norm), in the
+            same launch. The result equals ``rms_norm`` of the heads with ``eps`` followed by
+            ``rope``, bit for bit.
+        eps: the RMSNorm's epsilon (used only with ``q_norm``/``k_norm``).
 
     Returns:
         A DeviceOp whose result is ``(q, k)`` rotated (or ``(q_out, k_out)``).
@@ -242,9 +304,27 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
         if x.strides[2] != 1 or (x.shape[1] > 1 and x.strides[1] != d):
             raise args.fail(op, f"{name}'s heads are not contiguous (strides "
                             f"{tuple(x.strides)})", f"pass a copy: {name}.clone()")
+    norms = None
+    if (q_norm is None) != (k_norm is None):
+        raise args.fail(op, "q_norm= and k_norm= go together: one of them is missing",
+                        "pass both (normalize, then rotate) or neither")
+    if q_norm is not None:
+        weights = []
+        for name, weight in (("q_norm", q_norm), ("k_norm", k_norm)):
+            weight = args.tensor(op, name, weight, args.FLOATS, rank=1)
+            args.same_device(op, [("q", q), (name, weight)])
+            if weight.dtype != q.dtype or weight.shape[0] != d or not weight.is_contiguous:
+                raise args.fail(op, f"{name} has shape {tuple(weight.shape)} and dtype "
+                                f"{weight.dtype.name}; it must be a contiguous ({d},) "
+                                f"{q.dtype.name} tensor", f"pass the head's norm weight as "
+                                f"a ({d},) {q.dtype.name} tensor")
+            weights.append(weight)
+        if not float(eps) > 0:
+            raise args.fail(op, f"eps={eps} must be positive", "pass the model's rms_norm_eps")
+        norms = (weights[0], weights[1], float(eps))
     neox = layout == "neox"
     if q_out is None and k_out is None:
-        return _launch(q, k, cache, positions, neox, None, None)
+        return _launch(q, k, cache, positions, neox, None, None, norms)
     if (q_out is None) != (k_out is None):
         raise args.fail(op, "q_out= and k_out= go together: one of them is missing",
                         "pass both (out of place) or neither (in place)")
@@ -252,4 +332,4 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
     k_out = Output(k_out, k.shape, k.dtype, device, name="k_out", op=op)
     q_out.value = _layout_view(q_out.value, neox)
     k_out.value = _layout_view(k_out.value, neox)
-    return _launch(q, k, cache, positions, neox, q_out, k_out)
+    return _launch(q, k, cache, positions, neox, q_out, k_out, norms)

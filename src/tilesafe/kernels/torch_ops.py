@@ -98,12 +98,14 @@ def _(x, approximate):
 
 @_op("rope", mutates=("q", "k"))
 def rope_op(q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
-            positions: torch.Tensor, layout: str) -> None:
-    rope(q, k, cos_sin_cache, positions, layout=layout)  # (in place)
+            positions: torch.Tensor, layout: str, q_norm: Optional[torch.Tensor] = None,
+            k_norm: Optional[torch.Tensor] = None, eps: float = 1e-6) -> None:
+    rope(q, k, cos_sin_cache, positions, layout=layout, q_norm=q_norm, k_norm=k_norm,
+         eps=eps)  # (in place)
 
 
 @rope_op.register_fake
-def _(q, k, cos_sin_cache, positions, layout):
+def _(q, k, cos_sin_cache, positions, layout, q_norm=None, k_norm=None, eps=1e-6):
     return None
 
 

@@ -5,8 +5,8 @@ of each sequence's prompt and decode steps of one token per sequence.
 The q, k and v projections are loaded as one matrix (their rows stacked), and so are the gate
 and up projections: at batch 1 the decode step runs one GEMV for each group (at larger batches
 and in the prefill it multiplies by row views of them). Every layer runs through
-``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm`` (also the per-head q/k
-norms), ``matmul``, ``rope``, ``kv_cache_update`` (an indexed partition: the writes at the
+``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm``, ``matmul``, ``rope``
+(with the per-head q/k norms in the same launch), ``kv_cache_update`` (an indexed partition: the writes at the
 sequences' slots are proven distinct), ``flash_attention`` (prefill), ``decode_attention``,
 ``add_rms_norm``, ``silu_mul``, ``argmax`` or ``sample``.
 
@@ -313,6 +313,7 @@ class Qwen3Engine:
         positions = arange(start, start + t, dtype=int32, device=device).sync()
         first_slot = sequence * self.max_seq + start  # (row `sequence` of the caches)
         slots = arange(first_slot, first_slot + t, dtype=int32, device=device).sync()
+        kv_work = empty((t, 3), int32, device=device).sync()  # the slots' cache coordinates
         x = K.embedding(ids_t, w["model.embed_tokens.weight"]).sync()
         h = K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=c.rms_norm_eps).sync()
         for layer in range(c.num_hidden_layers):
@@ -321,14 +322,12 @@ class Qwen3Engine:
             q = K.matmul(h, qkv[:hq * d]).sync()
             k = K.matmul(h, qkv[hq * d:(hq + hkv) * d]).sync()
             v = K.matmul(h, qkv[(hq + hkv) * d:]).sync()
-            q = K.rms_norm(q.reshape(t * hq, d), w[at + "self_attn.q_norm.weight"],
-                           eps=c.rms_norm_eps).sync().reshape(t, hq, d)
-            k = K.rms_norm(k.reshape(t * hkv, d), w[at + "self_attn.k_norm.weight"],
-                           eps=c.rms_norm_eps).sync().reshape(t, hkv, d)
-            v = v.reshape(t, hkv, d)
-            K.rope(q, k, self.rope_table, positions).sync()
+            q, k, v = q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
+            K.rope(q, k, self.rope_table, positions, q_norm=w[at + "self_attn.q_norm.weight"],
+                   k_norm=w[at + "self_attn.k_norm.weight"], eps=c.rms_norm_eps).sync()
             cache_k, cache_v = self.cache[layer]
-            K.kv_cache_update(cache_k, cache_v, k, v, slots).sync()
+            K.kv_cache_update(cache_k, cache_v, k, v, slots, workspace=kv_work,
+                              coordinates_in_workspace=layer > 0).sync()
             attended = empty((t, hq, d), self.dtype, device=device).sync()
             keys = cache_k[sequence:sequence + 1, :, :start + t]
             values = cache_v[sequence:sequence + 1, :, :start + t]
@@ -434,12 +433,14 @@ class _DecodeStep:
                     graph.record(mm(h, stacked[:hq * d], q3))
                     graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k3))
                     graph.record(mm(h, stacked[(hq + hkv) * d:], v3))
-                graph.record(K.rms_norm(q, w[at + "self_attn.q_norm.weight"], eps=eps, out=qn))
-                graph.record(K.rms_norm(k, w[at + "self_attn.k_norm.weight"], eps=eps, out=kn))
-                graph.record(K.rope(qn.reshape(n, hq, d), kn.reshape(n, hkv, d),
-                                    engine.rope_table, self.position))
+                graph.record(K.rope(q.reshape(n, hq, d), k.reshape(n, hkv, d),
+                                    engine.rope_table, self.position,
+                                    q_out=qn.reshape(n, hq, d), k_out=kn.reshape(n, hkv, d),
+                                    q_norm=w[at + "self_attn.q_norm.weight"],
+                                    k_norm=w[at + "self_attn.k_norm.weight"], eps=eps))
                 graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(n, hkv, d), v,
-                                               self.slot, workspace=kv_work))
+                                               self.slot, workspace=kv_work,
+                                               coordinates_in_workspace=layer > 0))
                 graph.record(K.decode_attention(qn.reshape(n, hq, d), cache_k, cache_v,
                                                 self.length, out=attended,
                                                 workspace=attn_work))
