@@ -1,0 +1,62 @@
+"""The decode step's fused launches on cuda:0, against the interpreter: ``rope`` with the
+per-head RMSNorm in the same launch (Qwen3's QK-norm), and ``kv_cache_update`` reusing the
+coordinates an earlier update left in its workspace (batch 1: the GPU refuses a batch)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilesafe as ts
+from tilesafe.kernels import kv_cache_update, rms_norm, rope, rope_cache
+
+GPU = "cuda:0"
+
+
+def _run_rope(device, q, k, wq, wk, positions, fused):
+    on = lambda a: ts.tensor(a, device=device).sync()  # noqa: E731
+    table = rope_cache(64, q.shape[-1], device=device).sync()
+    qt, kt = on(q), on(k)
+    if fused:
+        rope(qt, kt, table, on(positions), q_norm=on(wq), k_norm=on(wk), eps=1e-6).sync()
+        return qt.numpy().astype(np.float64), kt.numpy().astype(np.float64)
+    d = q.shape[-1]
+    qn = rms_norm(qt.reshape(-1, d), on(wq), eps=1e-6).sync().reshape(*q.shape)
+    kn = rms_norm(kt.reshape(-1, d), on(wk), eps=1e-6).sync().reshape(*k.shape)
+    rope(qn, kn, table, on(positions)).sync()
+    return qn.numpy().astype(np.float64), kn.numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_rope_with_qk_norm_on_the_gpu(rng, tokens):
+    bf16 = ml_dtypes.bfloat16
+    q = (3 * rng.standard_normal((tokens, 32, 128))).astype(bf16)
+    k = (3 * rng.standard_normal((tokens, 8, 128))).astype(bf16)
+    wq, wk = rng.standard_normal(128).astype(bf16), rng.standard_normal(128).astype(bf16)
+    positions = rng.choice(64, tokens, replace=False).astype(np.int32)
+    oracle = _run_rope("cpu", q, k, wq, wk, positions, fused=True)
+    fused = _run_rope(GPU, q, k, wq, wk, positions, fused=True)
+    unfused = _run_rope(GPU, q, k, wq, wk, positions, fused=False)
+    for want, got, two_launches in zip(oracle, fused, unfused):
+        # the GPU's exp2/rsqrt may round the float32 normalization differently: a result
+        # may then land on the neighbouring bfloat16 value (one ulp: 2**-7 relative at most)
+        assert np.all(np.abs(got - want) <= 2.0 ** -7 * np.abs(want) + 1e-6)
+        assert np.all(np.abs(got - two_launches) <= 2.0 ** -7 * np.abs(two_launches) + 1e-6)
+
+
+def test_kv_cache_update_reusing_coordinates_on_the_gpu(rng):
+    shape = (1, 8, 32, 128)
+    k = rng.standard_normal((3, 8, 128)).astype(np.float32)
+    caches = [tuple(ts.full(shape, -1.0, ts.float32, device=GPU).sync() for _ in range(2))
+              for _ in range(2)]
+    slots = ts.tensor(np.array([4, 5, 6], np.int32), device=GPU).sync()
+    workspace = ts.zeros((3, 3), ts.int32, device=GPU).sync()
+    kt = ts.tensor(k, device=GPU).sync()
+    kv_cache_update(*caches[0], kt, kt, slots, workspace=workspace).sync()
+    kv_cache_update(*caches[1], kt, kt, slots, workspace=workspace,
+                    coordinates_in_workspace=True).sync()
+    want = np.full(shape, -1.0, np.float32)
+    want[0, :, 4:7] = k.transpose(1, 0, 2)
+    for cache_k, cache_v in caches:
+        assert np.array_equal(cache_k.numpy(), want) and np.array_equal(cache_v.numpy(), want)
