@@ -60,3 +60,25 @@ def test_kv_cache_update_reusing_coordinates_on_the_gpu(rng):
     want[0, :, 4:7] = k.transpose(1, 0, 2)
     for cache_k, cache_v in caches:
         assert np.array_equal(cache_k.numpy(), want) and np.array_equal(cache_v.numpy(), want)
+
+
+def test_silu_mul_matmul_on_the_gpu(rng):
+    """The down projection of the 4b shape with its gating inside the GEMV, against the
+    interpreter and against the two launches on the GPU."""
+    from tilesafe.kernels import matmul, silu_mul, silu_mul_matmul
+    bf16 = ml_dtypes.bfloat16
+    gate_up = rng.standard_normal((1, 2 * 9728)).astype(bf16)
+    weight = (rng.standard_normal((2560, 9728)) / 64).astype(bf16)
+    results = {}
+    for device in ("cpu", GPU):
+        gu, w = ts.tensor(gate_up, device=device).sync(), ts.tensor(weight, device=device).sync()
+        out = ts.full((1, 2560), np.nan, ts.bfloat16, device=device).sync()
+        silu_mul_matmul(gu, w, out=out).sync()
+        results[device] = out.numpy().astype(np.float64)
+        if device == GPU:
+            results["two"] = matmul(silu_mul(gu).sync(), w).sync().numpy().astype(np.float64)
+    act = np.abs(silu_mul(ts.tensor(gate_up).sync()).sync().numpy().astype(np.float64))
+    scale = act @ np.abs(weight.astype(np.float64)).T  # (1, 2560): the sum of |terms|
+    for got in (results[GPU], results["two"]):
+        assert np.all(np.abs(got - results["cpu"]) <= 2.0 ** -7 * np.abs(results["cpu"])
+                      + 2.0 ** -12 * scale)

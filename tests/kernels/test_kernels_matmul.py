@@ -309,3 +309,63 @@ def test_every_gemv_config_matches_float64(index):
     out = Output(None, (1, 200), ts.bfloat16, at.device)
     r = skinny.launch_gemv.fn(at, bt.T, out, None, None, config=config).sync()
     _assert_close(out.tensor(r.z).numpy(), a, b.T, "bfloat16")
+
+
+# -- SwiGLU's gating fused into the down projection's GEMV -------------------------------------
+
+def _silu_mul_reference(gate_up: np.ndarray, dtype: str) -> np.ndarray:
+    """transformers' rounding: silu in float64 rounded to dtype, times up rounded again."""
+    half = gate_up.shape[1] // 2
+    g, u = gate_up[:, :half].astype(np.float64), gate_up[:, half:].astype(np.float64)
+    activated = (g / (1.0 + np.exp(-g))).astype(NP[dtype]).astype(np.float64)
+    return (activated * u).astype(NP[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,i", [(1, 70, 300), (1, 16, 1024), (3, 40, 96)])
+def test_silu_mul_matmul_equals_the_two_calls(monkeypatch, dtype, m, n, i):
+    from tilesafe.kernels import silu_mul, silu_mul_matmul
+    gate_up, b = _operands(m, n, 2 * i, dtype, seed=m + n)
+    b = (b[:, :i] / 8).astype(NP[dtype])
+    fused = []
+    original = mm_module.gemv_rows_silu_mul
+    monkeypatch.setattr(mm_module, "with_occupancy",
+                        lambda kern, config: fused.append(kern) or skinny.with_occupancy(
+                            kern, config))
+    got = silu_mul_matmul(ts.tensor(gate_up).sync(), ts.tensor(b).sync()).sync().numpy()
+    assert fused == ([original] if m == 1 else [])  # one row: the one-launch form
+    two = matmul(silu_mul(ts.tensor(gate_up).sync()).sync(), ts.tensor(b).sync()).sync()
+    assert np.array_equal(got, two.numpy())
+    _assert_close(got, _silu_mul_reference(gate_up, dtype), b.T, dtype)
+
+
+def test_silu_mul_matmul_records_into_a_graph_with_its_buffers():
+    from tilesafe.kernels import silu_mul_matmul
+    gate_up, b = _operands(3, 24, 64, "bfloat16", seed=4)
+    gu, w = ts.tensor(gate_up).sync(), ts.tensor(b[:, :32]).sync()
+    out = ts.zeros((3, 24), ts.bfloat16).sync()
+    act = ts.zeros((3, 32), ts.bfloat16).sync()
+    work = mm_module.matmul_workspace(act, w).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(silu_mul_matmul(gu, w, activations=act, out=out, workspace=work))
+    assert np.all(out.numpy() == 0)  # recorded, nothing ran
+    graph.replay()
+    want = silu_mul_matmul(gu, w).sync().numpy()
+    assert np.array_equal(out.numpy(), want)
+
+
+def test_silu_mul_matmul_argument_errors():
+    from tilesafe.kernels import silu_mul_matmul
+    w = ts.zeros((8, 16), ts.bfloat16).sync()
+    cases = [
+        (ts.zeros((1, 31), ts.bfloat16).sync(), w,
+         r"silu_mul_matmul: gate_up has shape \(1, 31\); it needs \(M, 2 \* I\)"),
+        (ts.zeros((1, 40), ts.bfloat16).sync(), w,
+         r"silu_mul_matmul: a has shape \(1, 20\) and b \(8, 16\).*K is 20 in a, 16 in b"),
+        (ts.zeros((1, 32), ts.float16).sync(), w,
+         "silu_mul_matmul: a is float16 and b is bfloat16"),
+        (np.zeros((1, 32)), w, "silu_mul_matmul: gate_up must be a tilesafe tensor"),
+    ]
+    for gate_up, weight, words in cases:
+        with pytest.raises(ts.ArgumentError, match=words):
+            silu_mul_matmul(gate_up, weight)

@@ -25,8 +25,13 @@ the scales of ``scaled_matmul``) into the output, loading every slice's tile at 
 round trip to memory, not one per slice). Where K allows no split (``S = 1``) the first
 launch writes the output directly.
 
-May import the host and device languages, ``errors``, ``autotune`` and ``kernels._rowwise``
-(kernel variants by hints); knows nothing of the public functions in ``kernels.matmul``.
+``gemv_rows_silu_mul`` is ``gemv_rows`` of SwiGLU's gated activations: each program computes
+``silu(gate) * up`` for the K chunk it multiplies (rounded as ``silu_mul`` rounds), so the
+activations are never stored and their launch disappears (``kernels.matmul.silu_mul_matmul``).
+
+May import the host and device languages, ``errors``, ``autotune``, ``kernels._rowwise``
+(kernel variants by hints) and ``kernels.activations`` (the gate's device function); knows
+nothing of the public functions in ``kernels.matmul``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from .._callsite import caller_location
 from ..errors import ArgumentError
 from ._outputs import Output
 from ._rowwise import WarpVariants
+from .activations import _silu
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -121,6 +127,24 @@ def gemv_rows(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -1)],
     acc = tc.zeros((BN, BK), tc.f32)
     for k in range(tc.num_tiles(pw, 1)):
         acc = acc + pw.load((j, k)).astype(tc.f32) * px.load((0, k)).astype(tc.f32)
+    z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
+
+
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512}])
+def gemv_rows_silu_mul(z: tc.MutTensor["TO", (1, "BN")], gate: tc.Tensor["T", (-1, -1)],
+                       up: tc.Tensor["T", (-1, -1)], w: tc.Tensor["T", (-1, -1)],
+                       BK: tc.Const[int]):
+    """``gemv_rows`` with the row ``x = round(round(silu(gate)) * up)`` computed per K chunk
+    from the gate and up rows (1, K) instead of read: bit-equal to ``silu_mul`` then
+    ``gemv_rows`` with the same tiles."""
+    _, j, _ = tc.get_tile_block_id()
+    pg, pu, pw = gate.partition((1, BK)), up.partition((1, BK)), w.partition((BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 1)):
+        g = pg.load((0, k))
+        activated = _silu(g.astype(tc.f32)).astype(g.dtype)
+        x = (activated.astype(tc.f32) * pu.load((0, k)).astype(tc.f32)).astype(g.dtype)
+        acc = acc + pw.load((j, k)).astype(tc.f32) * x.astype(tc.f32)
     z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
 
 

@@ -41,11 +41,11 @@ from ..host.factory import empty
 from ..host.lazy import not_run_yet
 from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
-from .gemv import scale_product
+from .gemv import gemv_rows_silu_mul, scale_product, with_occupancy
 from ._outputs import Output
 from ._torch import accepts_torch, workspace_accepts_torch
 
-__all__ = ["matmul", "scaled_matmul"]
+__all__ = ["matmul", "scaled_matmul", "silu_mul_matmul"]
 
 SM_COUNT = _skinny.SM_COUNT
 #: rows of tiles a persistent program's band spans (L2 reuse of the B tiles)
@@ -380,6 +380,58 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
     a2, b_kn, lead = _operands(a, b, b_layout, MATMUL_DTYPES, "matmul", where)
     dtype = _out_dtype(out_dtype, a2.dtype, "matmul", where)
     return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace)
+
+
+@accepts_torch
+def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any = None,
+                    workspace: Any = None) -> DeviceOp:
+    """``matmul(silu_mul(gate_up), b)``: SwiGLU's gating, then the down projection.
+
+    At one row, where ``matmul`` runs this product as one GEMV launch (``gemv_rows``: the
+    config the tuner chose, or the first), it is that one launch with the gating computed
+    per K chunk as the weight streams by: the activations are never written and their
+    launch is gone. Otherwise it is ``silu_mul`` into ``activations`` then ``matmul``. Either
+    way the result equals the two calls bit for bit.
+
+    Args:
+        gate_up: the merged gate/up projection's output, ``(M, 2 * I)`` (the gate's ``I``
+            columns first), float16 or bfloat16.
+        b: the down projection's weight, ``(N, I)``, ``gate_up``'s dtype and device.
+        activations: ``(M, I)`` scratch of ``gate_up``'s dtype for the two-launch form
+            (allocated when it is needed and left out). With ``out``, ``workspace`` and this,
+            a call allocates nothing and records into a ``ts.CudaGraph``.
+        out: an ``(M, N)`` output to write in place; default a new one.
+        workspace: as ``matmul``'s.
+
+    Returns:
+        A DeviceOp whose result is the ``(M, N)`` output (``out`` itself when given).
+
+    Raises:
+        ArgumentError: as ``matmul`` and ``silu_mul`` do: a non-tensor, a dtype, rank or
+            device that does not fit, an odd ``gate_up`` width, or an ``out`` or
+            ``activations`` of another shape or dtype; nothing is launched.
+    """
+    op, where = "silu_mul_matmul", caller_location()
+    gate_up = _tensor(gate_up, "gate_up", op, where)
+    if gate_up.ndim != 2 or gate_up.shape[1] % 2:
+        raise ArgumentError(f"{op}: gate_up has shape {tuple(gate_up.shape)}; it needs (M, 2 * "
+                            "I): the gate's I columns, then up's", where,
+                            hint="pass the (M, 2 * I) output of the merged gate/up projection")
+    half = gate_up.shape[1] // 2
+    gate, up = gate_up[:, :half], gate_up[:, half:]
+    a2, b_kn, _ = _operands(gate, b, "nk", MATMUL_DTYPES, op, where)
+    (m, _), n = a2.shape, b_kn.shape[1]
+    if path_of(m, n, a2.dtype, False) == "gemv":
+        result = Output(out, (m, n), a2.dtype, a2.device, op=op)
+        config = _skinny.launch_gemv.config_for(
+            a2, b_kn, Output(None, (m, n), a2.dtype, a2.device, op=op), None, None)
+        if config.get("slices") == 1:
+            kernel = with_occupancy(gemv_rows_silu_mul, config)
+            return kernel(result.partition((1, int(config["BN"]))), gate, up, b_kn.T,
+                          BK=int(config["BK"])).then(lambda r: result.tensor(r.z))
+    from .activations import silu_mul
+    return silu_mul(gate_up, out=activations).then(
+        lambda act: matmul(act, b, out=out, workspace=workspace))
 
 
 @workspace_accepts_torch

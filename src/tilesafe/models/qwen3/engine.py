@@ -8,7 +8,8 @@ and in the prefill it multiplies by row views of them). Every layer runs through
 ``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm``, ``matmul``, ``rope``
 (with the per-head q/k norms in the same launch), ``kv_cache_update`` (an indexed partition: the writes at the
 sequences' slots are proven distinct), ``flash_attention`` (prefill), ``decode_attention``,
-``add_rms_norm``, ``silu_mul``, ``argmax`` or ``sample``.
+``add_rms_norm``, ``silu_mul`` (in the decode step inside the down projection's GEMV:
+``silu_mul_matmul``), ``argmax`` or ``sample``.
 
 The prefill drives each launch in turn (``.sync()``); the decode step is recorded once per
 :class:`Sampling` into a ``ts.CudaGraph`` (every output, workspace and input preallocated:
@@ -449,8 +450,8 @@ class _DecodeStep:
                 graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                             eps=eps, out=h))
                 graph.record(mm(h, w[at + "mlp.gate_up_proj.weight"], gate_up))
-                graph.record(K.silu_mul(gate_up, out=act))
-                graph.record(mm(act, w[at + "mlp.down_proj.weight"], mlp))
+                graph.record(K.silu_mul_matmul(gate_up, w[at + "mlp.down_proj.weight"],
+                                               activations=act, out=mlp, workspace=mm_work))
                 following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                              if layer + 1 < c.num_hidden_layers else "model.norm.weight")
                 graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
