@@ -401,10 +401,11 @@ def test_the_toolchain_names_the_package_version_of_pyproject():
 def test_every_shipped_entry_names_a_library_function_and_one_of_its_configs():
     import importlib
     tuned = {}
+    tuned_type = importlib.import_module("tilesafe.autotune").Tuned
     for name in ("matmul", "gemv", "norms", "activations", "embedding", "kv_cache", "attention",
                  "decode_attention", "rope", "sampling"):
         module = importlib.import_module(f"tilesafe.kernels.{name}")
-        tuned.update({v.name: v for v in vars(module).values() if isinstance(v, importlib.import_module("tilesafe.autotune").Tuned)})
+        tuned.update({v.name: v for v in vars(module).values() if isinstance(v, tuned_type)})
     entries = store.read_entries(store.SHIPPED_DIR / "sm_90.json")
     assert entries, "the shipped table is empty"
     for eid, entry in entries.items():

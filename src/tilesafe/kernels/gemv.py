@@ -197,6 +197,11 @@ def _slices_kn(b_kn: Any, count: int) -> Any:
     return b_kn.reshape(count, k // count, n)
 
 
+def writes_directly(config: dict) -> bool:
+    """Whether an M = 1 config is the one-launch ``gemv_rows`` (no split, no merge)."""
+    return config.get("slices") == 1
+
+
 def workspace_size(m: int, n: int, k: int, itemsize: int) -> int:
     """The float32 values the skinny path's split-K may need for an (m, k) x (k, n) product,
     whatever config the tuner picks (0 when m > 16: the other paths need none)."""
@@ -205,7 +210,7 @@ def workspace_size(m: int, n: int, k: int, itemsize: int) -> int:
     most = 0
     for configs, rows in ((GEMV_CONFIGS, 1), (SKINNY_CONFIGS, MMA_ROWS)):
         for config in configs:
-            if config.get("slices") == 1:
+            if writes_directly(config):
                 continue
             bk = int(config["BK"]) * max(1, 2 // itemsize)
             count = slices(n, k, int(config["BN"]), bk, int(config["waves"]), rows)
@@ -292,7 +297,7 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     m, k = a.shape
     n = b_kn.shape[1]
     bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
-    if elementwise and config.get("slices") == 1:  # one launch, straight into the output
+    if elementwise and writes_directly(config):  # one launch, straight into the output
         return with_occupancy(gemv_rows, config)(out.partition((1, bn)), a, b_kn.T, BK=bk)
     rows = 1 if elementwise else MMA_ROWS
     count = slices(n, k, bn, bk, int(config["waves"]), rows)

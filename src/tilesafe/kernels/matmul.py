@@ -41,6 +41,7 @@ from ..host.factory import empty
 from ..host.lazy import not_run_yet
 from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
+from .activations import silu_mul
 from .gemv import gemv_rows_silu_mul, scale_product, with_occupancy
 from ._outputs import Output
 from ._torch import accepts_torch, workspace_accepts_torch
@@ -425,11 +426,10 @@ def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any =
         result = Output(out, (m, n), a2.dtype, a2.device, op=op)
         config = _skinny.launch_gemv.config_for(
             a2, b_kn, Output(None, (m, n), a2.dtype, a2.device, op=op), None, None)
-        if config.get("slices") == 1:
+        if _skinny.writes_directly(config):
             kernel = with_occupancy(gemv_rows_silu_mul, config)
             return kernel(result.partition((1, int(config["BN"]))), gate, up, b_kn.T,
                           BK=int(config["BK"])).then(lambda r: result.tensor(r.z))
-    from .activations import silu_mul
     return silu_mul(gate_up, out=activations).then(
         lambda act: matmul(act, b, out=out, workspace=workspace))
 

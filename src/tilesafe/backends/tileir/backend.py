@@ -122,7 +122,7 @@ def refuse_hanging_launch(ir: KernelIR, args: Sequence[KernelArg]) -> None:
     finished for a (1, 2, 8192) tensor (``kv_cache_update`` of a batch of 3 against a batch of
     1); the cause is not known. Ranks 1 and 2 are tested on the GPU."""
     for arg in args:
-        if getattr(arg, "positions", None) is None or len(arg.shape) < 3 or arg.shape[0] <= 1:
+        if arg.positions is None or len(arg.shape) < 3 or arg.shape[0] <= 1:
             continue
         raise PartitionRankError(
             f"kernel '{ir.name}': its indexed partition '{arg.name}' is a rank-{len(arg.shape)} "

@@ -6,10 +6,10 @@ The q, k and v projections are loaded as one matrix (their rows stacked), and so
 and up projections: at batch 1 the decode step runs one GEMV for each group (at larger batches
 and in the prefill it multiplies by row views of them). Every layer runs through
 ``tilesafe.kernels`` (safe kernels only): ``embedding``, ``rms_norm``, ``matmul``, ``rope``
-(with the per-head q/k norms in the same launch), ``kv_cache_update`` (an indexed partition: the writes at the
-sequences' slots are proven distinct), ``flash_attention`` (prefill), ``decode_attention``,
-``add_rms_norm``, ``silu_mul`` (in the decode step inside the down projection's GEMV:
-``silu_mul_matmul``), ``argmax`` or ``sample``.
+(with the per-head q/k norms in the same launch), ``kv_cache_update`` (an indexed partition:
+the writes at the sequences' slots are proven distinct), ``flash_attention`` (prefill),
+``decode_attention``, ``add_rms_norm``, ``silu_mul`` (in the decode step inside the down
+projection's GEMV: ``silu_mul_matmul``), ``argmax`` or ``sample``.
 
 The prefill drives each launch in turn (``.sync()``); the decode step is recorded once per
 :class:`Sampling` into a ``ts.CudaGraph`` (every output, workspace and input preallocated:
