@@ -413,6 +413,12 @@ def test_every_shipped_entry_names_a_library_function_and_one_of_its_configs():
         assert eid == keys.entry_id(key) and key["arch"] == "sm_90"
         function = tuned[key["function"]]
         assert store.usable_index(entry, key, function.configs) is not None, key
+        # a winner of an older source is never used: an edit of a tuned kernel (or of a device
+        # function it calls) must re-tune its entries, or re-key them where the bytecode is
+        # unchanged, or the shipped table silently stops saving users the tuning
+        assert key["source"] == keys.source_hash(function.fn, function.kernels), (
+            f"the shipped entry of {key['function']} {key['key']} was tuned for an older "
+            "source of it")
 
 
 # -- misuse ------------------------------------------------------------------------------------

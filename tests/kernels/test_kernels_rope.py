@@ -104,6 +104,47 @@ def test_rope_q_out_k_out_leave_the_inputs_alone(rng, layout):
     assert np.array_equal(qt.numpy(), q) and np.array_equal(kt.numpy(), k)
 
 
+@pytest.mark.parametrize("layout", ["neox", "gptj"])
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [
+    (8, 2, 8),    # a power-of-two group: one key head and its 4 query heads per program
+    (6, 4, 12),   # no such group: every head in one program; head_dim padded to 16
+    (4, 4, 16),   # a group of one
+])
+@pytest.mark.parametrize("tokens_per_program", [1, 2, 4])
+@pytest.mark.parametrize("normed", [False, True])
+def test_rope_copy_equals_in_place_for_every_tiling(rng, layout, heads, kv_heads, head_dim,
+                                                    tokens_per_program, normed):
+    """The copying kernels (each column's pair read again from the input) and the in-place
+    ones (the pair taken from the loaded tile) agree bit for bit, whatever the tokens and
+    heads per program."""
+    import importlib
+    rope_module = importlib.import_module("tilesafe.kernels.rope")
+    from tilesafe.kernels._outputs import Output
+    tokens = 5
+    q = (3 * rng.standard_normal((tokens, heads, head_dim))).astype(ml_dtypes.bfloat16)
+    k = (3 * rng.standard_normal((tokens, kv_heads, head_dim))).astype(ml_dtypes.bfloat16)
+    table = rope_cache(12, head_dim).sync()
+    positions = on(np.array([3, 0, 11, 7, 7], np.int32))
+    norms = None
+    if normed:
+        norms = (on(rng.standard_normal(head_dim).astype(ml_dtypes.bfloat16)),
+                 on(rng.standard_normal(head_dim).astype(ml_dtypes.bfloat16)), 1e-6)
+    want_q, want_k = rope(on(q), on(k), table, positions, layout=layout,
+                          **({} if norms is None else dict(q_norm=norms[0], k_norm=norms[1],
+                                                           eps=norms[2]))).sync()
+    q_out = ts.full(q.shape, np.nan, ts.bfloat16).sync()
+    k_out = ts.full(k.shape, np.nan, ts.bfloat16).sync()
+    qt, kt = on(q), on(k)
+    got_q, got_k = rope_module._launch.fn(
+        qt, kt, table, positions, layout == "neox",
+        Output(q_out, q.shape, qt.dtype, qt.device, name="q_out", op="rope"),
+        Output(k_out, k.shape, kt.dtype, kt.device, name="k_out", op="rope"), norms,
+        config={"tokens": tokens_per_program}).sync()
+    assert np.array_equal(got_q.numpy(), want_q.numpy())
+    assert np.array_equal(got_k.numpy(), want_k.numpy())
+    assert np.array_equal(qt.numpy(), q) and np.array_equal(kt.numpy(), k)
+
+
 def test_rope_on_row_strided_views_and_the_fused_qkv_limit(rng):
     # q as a view of wider rows (a projection's output with padding columns): in place
     wide = rng.standard_normal((3, 40)).astype(np.float32)

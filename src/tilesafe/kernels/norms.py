@@ -52,8 +52,21 @@ ROW_CONFIGS = ({"rows": 4, "chunk": 4096}, {"rows": 4, "chunk": 4096, "programma
 def _rms_normalize(xf, w, hidden, eps, dtype):
     """Qwen3/Llama RMSNorm of the f32 rows ``xf``: ``x * rsqrt(mean(x^2) + eps)`` rounded to
     ``dtype``, then times the weight ``w`` (f32 product, one more rounding)."""
-    mean_square = tc.reduce_sum(xf * xf, 1, keepdims=True) / hidden
-    normed = (xf * tc.rsqrt(mean_square + eps)).astype(dtype)
+    return _rms_apply(xf, _rms_scale(xf, 1, hidden, eps), w, dtype)
+
+
+@function
+def _rms_scale(xf, axis, hidden, eps):
+    """``rsqrt(mean(x^2) + eps)`` of the f32 tile ``xf`` along ``axis`` (kept, size 1)."""
+    mean_square = tc.reduce_sum(xf * xf, axis, keepdims=True) / hidden
+    return tc.rsqrt(mean_square + eps)
+
+
+@function
+def _rms_apply(xf, scale, w, dtype):
+    """``xf * scale`` rounded to ``dtype``, times the weight ``w`` (f32 product, rounded
+    again): the rest of ``_rms_normalize`` once the scale is known."""
+    normed = (xf * scale).astype(dtype)
     return (normed.astype(tc.f32) * w.astype(tc.f32)).astype(dtype)
 
 

@@ -32,7 +32,7 @@ from . import _token_args as args
 from ._token_args import MEMORY_BOUND_HINTS
 from ._outputs import Output
 from ._torch import accepts_torch
-from .norms import _rms_normalize
+from .norms import _rms_apply, _rms_normalize, _rms_scale
 
 LAYOUTS = ("neox", "gptj")
 
@@ -144,24 +144,6 @@ def rope_norm_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
 
 
 @kernel(hints=MEMORY_BOUND_HINTS)
-def rope_norm_copy(q_out: tc.MutTensor["T", ("TT", "QR", "COLS")],
-                   k_out: tc.MutTensor["T", ("TT", "KR", "COLS")],
-                   q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
-                   cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
-                   q_norm: tc.Tensor["T", (-1, -1)], k_norm: tc.Tensor["T", (-1, -1)],
-                   hidden: float, eps: float, half: int, HALFP: tc.Const[int],
-                   NEOX: tc.Const[bool]):
-    """Write TT tokens' RMS-normalized, rotated query and key heads to ``q_out``/``k_out``."""
-    i, _, _ = tc.get_tile_block_id()
-    qn = _normalize_heads(tc.load_tile_like(q, q_out), q_norm, hidden, eps, TT, QR, COLS, HALFP,
-                          NEOX)
-    kn = _normalize_heads(tc.load_tile_like(k, k_out), k_norm, hidden, eps, TT, KR, COLS, HALFP,
-                          NEOX)
-    q_out.store(_rotate(qn, cache, positions, i, half, TT, QR, COLS, HALFP, NEOX))
-    k_out.store(_rotate(kn, cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
-
-
-@kernel(hints=MEMORY_BOUND_HINTS)
 def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
                  k: tc.MutTensor["T", ("TT", "KR", "COLS")],
                  cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
@@ -172,18 +154,98 @@ def rope_inplace(q: tc.MutTensor["T", ("TT", "QR", "COLS")],
     k.store(_rotate(k.load(), cache, positions, i, half, TT, KR, COLS, HALFP, NEOX))
 
 
+@function
+def _pair_columns(half, DP, NEOX):
+    """For each of the DP columns of a head: the column it rotates with, the frequency it
+    rotates by, and whether it is the first of its pair (whose sine term is subtracted).
+    Padding columns (from ``2 * half``) name column 0: read, never stored."""
+    col = tc.arange(DP, tc.i32)
+    if NEOX:  # (c, c + half)
+        first = col < half
+        pair = tc.where(first, col + half, col - half)
+        freq = tc.where(first, col, col - half)
+    else:  # (2i, 2i + 1)
+        first = (col % 2) == 0
+        pair = tc.where(first, col + 1, col - 1)
+        freq = col // 2
+    inside = col < 2 * half
+    return (col, tc.where(inside, pair, 0), tc.where(inside, freq, 0), first)
+
+
+@function
+def _rotate_heads(x, partner, cache, positions, i, half, freq, first, TT, DP):
+    """The (TT, heads, DP) f32 tile ``x`` (TT tokens from token ``i*TT``) rotated, ``partner``
+    holding each column's pair: ``x * cos - partner * sin`` for the first of a pair,
+    ``x * cos + partner * sin`` for the second (f32, as ``_rotate``)."""
+    pos = positions.partition((TT,)).load(i, padding=0).reshape((TT, 1, 1))
+    f = freq.reshape((1, 1, DP))
+    cos = tc.gather(cache, pos, f).astype(tc.f32)
+    sin = tc.gather(cache, pos, f + half).astype(tc.f32)
+    return x * cos + partner * tc.where(first.reshape((1, 1, DP)), -sin, sin)
+
+
+@function
+def _head_pairs(x, i, j, TT, HP, DP, pair):
+    """The (TT, HP, DP) tile of heads ``j*HP..`` of tokens ``i*TT..`` of the input ``x``, and
+    the same tile with each column replaced by its pair's (read again, through a gather)."""
+    tokens = (i * TT + tc.arange(TT, tc.i32)).reshape((TT, 1, 1))
+    heads = (j * HP + tc.arange(HP, tc.i32)).reshape((1, HP, 1))
+    tile = x.partition((TT, HP, DP)).load((i, j, 0), padding=0)
+    return tile, tc.gather(x, tokens, heads, pair.reshape((1, 1, DP)), padding=0)
+
+
 @kernel(hints=MEMORY_BOUND_HINTS)
-def rope_copy(q_out: tc.MutTensor["T", ("TT", "QR", "COLS")],
-              k_out: tc.MutTensor["T", ("TT", "KR", "COLS")],
-              q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
-              cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
-              half: int, HALFP: tc.Const[int], NEOX: tc.Const[bool]):
-    """Write TT tokens' rotated query and key heads to ``q_out``/``k_out`` (see ``rope``)."""
-    i, _, _ = tc.get_tile_block_id()
-    q_out.store(_rotate(tc.load_tile_like(q, q_out), cache, positions, i, half, TT, QR, COLS,
-                        HALFP, NEOX))
-    k_out.store(_rotate(tc.load_tile_like(k, k_out), cache, positions, i, half, TT, KR, COLS,
-                        HALFP, NEOX))
+def rope_heads_copy(q_out: tc.MutTensor["T", ("TT", "QH", "DP")],
+                    k_out: tc.MutTensor["T", ("TT", "KH", "DP")],
+                    q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
+                    cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+                    half: int, NEOX: tc.Const[bool]):
+    """Write the rotated query heads ``j*QH..`` and key heads ``j*KH..`` of tokens ``i*TT..``
+    to ``q_out``/``k_out`` (program ``(i, j)``; each column's pair read from the input)."""
+    i, j, _ = tc.get_tile_block_id()
+    _, pair, freq, first = _pair_columns(half, DP, NEOX)
+    q_out.store(_rotated_copy(q, i, j, TT, QH, DP, pair, cache, positions, half, freq, first))
+    k_out.store(_rotated_copy(k, i, j, TT, KH, DP, pair, cache, positions, half, freq, first))
+
+
+@function
+def _rotated_copy(x, i, j, TT, HP, DP, pair, cache, positions, half, freq, first):
+    """The rotated (TT, HP, DP) tile of ``x`` at tile ``(i, j, 0)``, in x's dtype."""
+    tile, partner = _head_pairs(x, i, j, TT, HP, DP, pair)
+    return _rotate_heads(tile.astype(tc.f32), partner.astype(tc.f32), cache, positions, i,
+                         half, freq, first, TT, DP).astype(tile.dtype)
+
+
+@kernel(hints=MEMORY_BOUND_HINTS)
+def rope_norm_heads_copy(q_out: tc.MutTensor["T", ("TT", "QH", "DP")],
+                         k_out: tc.MutTensor["T", ("TT", "KH", "DP")],
+                         q: tc.Tensor["T", (-1, -1, -1)], k: tc.Tensor["T", (-1, -1, -1)],
+                         cache: tc.Tensor["C", (-1, -1)], positions: tc.Tensor["P", (-1,)],
+                         q_norm: tc.Tensor["T", (-1,)], k_norm: tc.Tensor["T", (-1,)],
+                         hidden: float, eps: float, half: int, NEOX: tc.Const[bool]):
+    """As ``rope_heads_copy``, each head RMS-normalized first (its pair scaled by the head's
+    own factor, so both equal ``rms_norm``'s values bit for bit)."""
+    i, j, _ = tc.get_tile_block_id()
+    col, pair, freq, first = _pair_columns(half, DP, NEOX)
+    q_out.store(_normalized_rotated_copy(q, q_norm, hidden, eps, i, j, TT, QH, DP, col, pair,
+                                         cache, positions, half, freq, first))
+    k_out.store(_normalized_rotated_copy(k, k_norm, hidden, eps, i, j, TT, KH, DP, col, pair,
+                                         cache, positions, half, freq, first))
+
+
+@function
+def _normalized_rotated_copy(x, weight, hidden, eps, i, j, TT, HP, DP, col, pair, cache,
+                             positions, half, freq, first):
+    """The RMS-normalized, rotated (TT, HP, DP) tile of ``x`` at tile ``(i, j, 0)``."""
+    tile, partner = _head_pairs(x, i, j, TT, HP, DP, pair)
+    xf, pf = tile.astype(tc.f32), partner.astype(tc.f32)
+    scale = _rms_scale(xf, 2, hidden, eps)
+    w = tc.gather(weight, col.reshape((1, 1, DP)), padding=0)
+    w_pair = tc.gather(weight, pair.reshape((1, 1, DP)), padding=0)
+    xn = _rms_apply(xf, scale, w, tile.dtype).astype(tc.f32)
+    pn = _rms_apply(pf, scale, w_pair, tile.dtype).astype(tc.f32)
+    return _rotate_heads(xn, pn, cache, positions, i, half, freq, first, TT,
+                         DP).astype(tile.dtype)
 
 
 def _layout_view(x: Tensor, neox: bool) -> Tensor:
@@ -209,7 +271,7 @@ def _tokens_per_program(config: dict, tokens: int) -> int:
           key=lambda q, k, cache, positions, neox, q_out, k_out, norms: (
               q.shape[1], k.shape[1], q.shape[2], q.dtype.name, q_out is None,
               norms is not None),
-          kernels=(rope_inplace, rope_copy, rope_norm_inplace, rope_norm_copy),
+          kernels=(rope_inplace, rope_heads_copy, rope_norm_inplace, rope_norm_heads_copy),
           mutates=("q", "k", "q_out", "k_out"))
 def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
             q_out: Optional[Output], k_out: Optional[Output], norms: Optional[tuple], *,
@@ -226,11 +288,24 @@ def _launch(q: Tensor, k: Tensor, cache: Tensor, positions: Tensor, neox: bool,
         return kernel_(borrow_mut(_layout_view(q, neox)).partition(_tiles(q, tt, neox)),
                        borrow_mut(_layout_view(k, neox)).partition(_tiles(k, tt, neox)),
                        cache, positions, *normed, **consts).then(lambda r: (q, k))
-    kernel_ = rope_norm_copy if normed else rope_copy
-    return kernel_(q_out.partition(_tiles(q, tt, neox)), k_out.partition(_tiles(k, tt, neox)),
-                   _layout_view(q, neox), _layout_view(k, neox), cache, positions, *normed,
-                   **consts).then(lambda r: (q_out.tensor(r.q_out).reshape(*q.shape),
-                                             k_out.tensor(r.k_out).reshape(*k.shape)))
+    q_heads, k_heads = _heads_per_program(q.shape[1], k.shape[1])
+    dp = args.pow2(d)
+    if normed:  # (the weights as they are: gathered by column)
+        normed = (norms[0], norms[1], float(d), norms[2])
+    kernel_ = rope_norm_heads_copy if normed else rope_heads_copy
+    return kernel_(q_out.partition((tt, q_heads, dp)), k_out.partition((tt, k_heads, dp)),
+                   q, k, cache, positions, *normed, half=d // 2, NEOX=neox).then(
+                       lambda r: (q_out.tensor(r.q_out), k_out.tensor(r.k_out)))
+
+
+def _heads_per_program(q_heads: int, kv_heads: int) -> tuple[int, int]:
+    """The query and key heads of one program of the copying kernels: one key head and its
+    group of query heads when the group is a power of two (``kv_heads`` programs per token
+    block), else every head (one program)."""
+    group = q_heads // kv_heads
+    if q_heads % kv_heads == 0 and group == args.pow2(group):
+        return group, 1
+    return args.pow2(q_heads), args.pow2(kv_heads)
 
 
 @accepts_torch
@@ -330,6 +405,4 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
                         "pass both (out of place) or neither (in place)")
     q_out = Output(q_out, q.shape, q.dtype, device, name="q_out", op=op)
     k_out = Output(k_out, k.shape, k.dtype, device, name="k_out", op=op)
-    q_out.value = _layout_view(q_out.value, neox)
-    k_out.value = _layout_view(k_out.value, neox)
     return _launch(q, k, cache, positions, neox, q_out, k_out, norms)
