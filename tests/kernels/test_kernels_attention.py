@@ -142,6 +142,26 @@ def test_decode_attention_matches_float64(rng, dtype, batch, q_heads, kv_heads, 
     _assert_close(out.numpy(), want, dtype)
 
 
+def test_decode_attention_reads_a_token_major_cache_through_a_permuted_view(rng):
+    """A (batch, max_len, kv_heads, d) cache (kv_cache_update's "nhd" layout) viewed as
+    (batch, kv_heads, max_len, d): strided keys, the same result bit for bit as the
+    head-major copy of the same cache."""
+    batch, q_heads, kv_heads, max_len, d = 3, 8, 2, 70, 64
+    q = _random(rng, (batch, q_heads, d), "bfloat16")
+    k = _random(rng, (batch, max_len, kv_heads, d), "bfloat16")
+    v = _random(rng, (batch, max_len, kv_heads, d), "bfloat16")
+    lengths = np.array([70, 1, 33], np.int32)
+    heads_first = [np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (k, v)]
+    want = decode_attention(_tensor(q), *map(_tensor, heads_first), _tensor(lengths),
+                            num_splits=4).sync()
+    kt, vt = _tensor(k).permute((0, 2, 1, 3)), _tensor(v).permute((0, 2, 1, 3))
+    assert not kt.is_contiguous
+    got = decode_attention(_tensor(q), kt, vt, _tensor(lengths), num_splits=4).sync()
+    assert np.array_equal(got.numpy(), want.numpy())
+    _assert_close(got.numpy(), reference(q[:, :, None], *heads_first,
+                                         lengths=list(lengths))[:, :, 0], "bfloat16")
+
+
 def test_decode_attention_writes_out_and_reads_lengths_on_the_device(rng):
     q = _random(rng, (2, 8, 64), "float16")
     k = _random(rng, (2, 2, 90, 64), "float16")
@@ -185,7 +205,7 @@ def test_decode_attention_with_a_workspace_records_into_a_graph(rng):
 def test_decode_attention_length_past_the_cache_is_an_index_error(rng):
     q, k = _random(rng, (1, 4, 64), "float16"), _random(rng, (1, 1, 90, 64), "float16")
     seq_lens = _tensor(np.array([91], dtype=np.int32))
-    with pytest.raises(ts.IndexOutOfRangeError, match="gather index 90 along axis 1 is "
+    with pytest.raises(ts.IndexOutOfRangeError, match="gather index 90 along axis 2 is "
                        r"outside \[0, 90\)"):
         decode_attention(_tensor(q), _tensor(k), _tensor(k), seq_lens).sync()
 

@@ -49,22 +49,25 @@ MIN_GROUP_ROWS = 16
 def decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
                                     lse: tc.MutTensor[tc.f32, (1, "G", 1)],
                                     q: tc.Tensor["T", (-1, -1, "D")],
-                                    k: tc.Tensor["T", (-1, -1, "D")],
-                                    v: tc.Tensor["T", (-1, -1, "D")],
+                                    k: tc.Tensor["T", (-1, -1, -1, "D")],
+                                    v: tc.Tensor["T", (-1, -1, -1, "D")],
                                     seq_lens: tc.Tensor[tc.i32, (-1,)], qk_scale: float,
                                     kv_heads: int, BN: tc.Const[int]):
-    """Split ``split`` of the keys of row ``bh`` of ``k``/``v`` (``(batch*kv_heads, max_len,
-    D)``) for the ``G`` (padded) query heads of ``q`` (``(batch*kv_heads, group, D)``).
+    """Split ``split`` of the keys of sequence ``b = bh // kv_heads``, head ``h = bh %
+    kv_heads`` of ``k``/``v`` (``(batch, kv_heads, max_len, D)``, any strides) for the ``G``
+    (padded) query heads of ``q`` (``(batch*kv_heads, group, D)``).
     Writes ``o`` = its softmax-weighted values, normalized, and ``lse`` = log2 of its sum of
     exp2(scores*qk_scale)."""
     bh, split, _ = tc.get_tile_block_id()
     _, splits, _ = tc.get_num_tile_blocks()
-    seq_len = tc.gather(seq_lens, bh // kv_heads)
+    b = bh // kv_heads
+    h = bh % kv_heads
+    seq_len = tc.gather(seq_lens, b)
     # a length past the cache is an IndexOutOfRangeError here (a partial last tile would
     # otherwise read padding as keys)
-    tc.gather(k, bh, tc.maximum(seq_len, 1) - 1, 0)
-    keys = k.partition((1, BN, D))
-    values = v.partition((1, BN, D))
+    tc.gather(k, b, h, tc.maximum(seq_len, 1) - 1, 0)
+    keys = k.partition((1, 1, BN, D))
+    values = v.partition((1, 1, BN, D))
     queries = q.partition((1, G, D)).load((bh, 0, 0)).reshape((G, D))
     tiles = (seq_len + BN - 1) // BN
     per_split = (tiles + splits - 1) // splits
@@ -75,11 +78,11 @@ def decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
     total = tc.zeros((G, 1), tc.f32)
     acc = tc.zeros((G, D), tc.f32)
     for j in range(start, unmasked_end):
-        kt = keys.load((bh, j, 0)).reshape((BN, D))
+        kt = keys.load((b, h, j, 0)).reshape((BN, D))
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
-        total, acc, best = online_softmax_step(s, values, (bh, j, 0), best, total, acc)
+        total, acc, best = online_softmax_step(s, values, (b, h, j, 0), best, total, acc)
     for j in range(tc.maximum(start, unmasked_end), end):
-        kt = keys.load((bh, j, 0)).reshape((BN, D))
+        kt = keys.load((b, h, j, 0)).reshape((BN, D))
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
         cols = (tc.arange(BN) + j * BN).reshape((1, BN))
         s = tc.where(cols < seq_len, s, float("-inf"))
@@ -90,7 +93,7 @@ def decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
         p = tc.exp2(s - new_best)
         alpha = tc.exp2(best - new_best)
         total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
-        vt = tc.where(stale, 0.0, values.load((bh, j, 0)).reshape((BN, D)))
+        vt = tc.where(stale, 0.0, values.load((b, h, j, 0)).reshape((BN, D)))
         acc = tc.mma(p.astype(T), vt, acc * alpha)
         best = new_best
     has_keys = total > 0.0
@@ -161,10 +164,10 @@ def group_rows(group: int) -> int:
     return max(MIN_GROUP_ROWS, args.next_power_of_two(group))
 
 
-def _decode_key(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any, shape: tuple,
+def _decode_key(q3: Tensor, k4: Tensor, v4: Tensor, seq_lens: Tensor, out: Any, shape: tuple,
                 qk_scale: float, kv_heads: int, num_splits: Optional[int],
                 workspace: Optional[Tensor] = None) -> tuple:
-    return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k3.shape[1], 8192) > 2048)
+    return (q3.shape[-1], q3.dtype.name, q3.shape[1], min(k4.shape[2], 8192) > 2048)
 
 
 _PARTIAL = WarpVariants(decode_attention_partial_kernel)
@@ -185,11 +188,11 @@ def _partial_for(hints: Optional[dict]) -> Any:
           key=_decode_key,
           kernels=(decode_attention_partial_kernel, decode_attention_merge_kernel),
           name="tilesafe.decode_attention")
-def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: Any,
+def _launch_decode(q3: Tensor, k4: Tensor, v4: Tensor, seq_lens: Tensor, out: Any,
                    shape: tuple, qk_scale: float, kv_heads: int, num_splits: Optional[int],
                    workspace: Optional[Tensor] = None, *, config: dict) -> DeviceOp:
     programs, group, d = q3.shape
-    max_len = k3.shape[1]
+    max_len = k4.shape[2]
     block = config["BN"]
     splits = num_splits or choose_splits(programs, max_len, block, sm_count(q3.device))
     g = group_rows(group)
@@ -208,7 +211,7 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
         lses_t = flat[programs * splits * g * d:need].reshape(programs, splits * g, 1)
         partial = _partial_for(config.get("hints"))(
             borrow_mut(parts_t).partition((1, g, d)), borrow_mut(lses_t).partition((1, g, 1)),
-            q3, k3, v3, seq_lens, qk_scale, kv_heads, BN=block)
+            q3, k4, v4, seq_lens, qk_scale, kv_heads, BN=block)
         return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t,
                                                                       SP=padded)
                             ).then(lambda r: out if out is not None else
@@ -217,7 +220,7 @@ def _launch_decode(q3: Tensor, k3: Tensor, v3: Tensor, seq_lens: Tensor, out: An
                    op=OP).partition((1, g, d))
     lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
                   op=OP).partition((1, g, 1))
-    partial = _partial_for(config.get("hints"))(parts, lses, q3, k3, v3, seq_lens, qk_scale,
+    partial = _partial_for(config.get("hints"))(parts, lses, q3, k4, v4, seq_lens, qk_scale,
                                                 kv_heads, BN=block)
 
     def merge(result: Any) -> DeviceOp:
@@ -252,9 +255,11 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
     Args:
         q: ``(batch, q_heads, d)`` queries, float16 or bfloat16, ``d`` 64 or 128.
         k_cache, v_cache: ``(batch, kv_heads, max_len, d)`` caches of ``q``'s dtype and
-            device, each sequence's keys contiguous in its own slot (the first
-            ``seq_lens[b]`` rows are used; the rest is never read). ``q_heads`` a multiple of
-            ``kv_heads`` (grouped-query attention).
+            device, any strides: head-major caches as they are, or token-major ones
+            (``(batch, max_len, kv_heads, d)``, what ``kv_cache_update(layout="nhd")``
+            writes in one launch) viewed ``.permute(0, 2, 1, 3)``. The first ``seq_lens[b]``
+            rows of each sequence are used; the rest is never read. ``q_heads`` a multiple
+            of ``kv_heads`` (grouped-query attention).
         seq_lens: ``(batch,)`` int32 tensor on ``q``'s device: each sequence's length, read by
             the kernels on the device (a CUDA-graph replay may change it between replays).
             A length above ``max_len`` is an ``IndexOutOfRangeError`` (raised when the
@@ -314,11 +319,9 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
                         "leave num_splits out to choose it from the batch and the SM count")
     qk_scale = args.softmax_scale(OP, scale, d) * args.LOG2E
     q3 = args.flat_view(OP, "q", q, (batch * kv_heads, group, d))
-    k3 = args.flat_view(OP, "k_cache", k_cache, (batch * kv_heads, max_len, d))
-    v3 = args.flat_view(OP, "v_cache", v_cache, (batch * kv_heads, max_len, d))
     if workspace is not None and (not isinstance(workspace, Tensor)
                                   or workspace.dtype != float32):
         raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
                         "allocate it with decode_attention_workspace(q, k_cache)")
-    return _launch_decode(q3, k3, v3, seq_lens, out, tuple(q.shape), qk_scale, kv_heads,
+    return _launch_decode(q3, k_cache, v_cache, seq_lens, out, tuple(q.shape), qk_scale, kv_heads,
                           num_splits, workspace)

@@ -32,14 +32,13 @@ from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
 from ._outputs import Output
-from ._token_args import MEMORY_BOUND_HINTS
 from ._torch import accepts_torch
 
 CACHE_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("hnd", "nhd")
 
 
-@kernel(hints=MEMORY_BOUND_HINTS)
+@kernel
 def kv_write_rows(cache_k: tc.MutTensor["T", ("W",)], cache_v: tc.MutTensor["T", ("W",)],
                   k: tc.Tensor["T", (-1,)], v: tc.Tensor["T", (-1,)]):
     """Program i writes token i's key and value row (W elements) into its slot's row."""
@@ -48,7 +47,7 @@ def kv_write_rows(cache_k: tc.MutTensor["T", ("W",)], cache_v: tc.MutTensor["T",
     cache_v.store(v.partition((W,)).load(i))
 
 
-@kernel(hints=MEMORY_BOUND_HINTS)
+@kernel
 def kv_write_padded_rows(cache_k: tc.MutTensor["T", (1, "WP")],
                          cache_v: tc.MutTensor["T", (1, "WP")],
                          k: tc.Tensor["T", (-1, -1)], v: tc.Tensor["T", (-1, -1)]):
@@ -66,7 +65,7 @@ def slot_coordinates(out: tc.MutTensor["S", ("N", 2)], slots: tc.Tensor["S", (-1
     out.store(tc.cat((s, tc.zeros((N, 1), s.dtype)), axis=1))
 
 
-@kernel(hints=MEMORY_BOUND_HINTS)
+@kernel
 def kv_write_heads(cache_k: tc.MutTensor["T", (1, "KHP", "D")],
                    cache_v: tc.MutTensor["T", (1, "KHP", "D")],
                    k: tc.Tensor["T", (-1, -1, "D")], v: tc.Tensor["T", (-1, -1, "D")]):

@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tokens", type=int, default=1024, help="tokens to generate (default 1024)")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences decoded together, 1-32 (each its own random prompt; a "
-                   "text prompt is repeated); 1 on a GPU")
+                   "text prompt is repeated)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 (default): greedy; else sample at this temperature")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k largest logits")

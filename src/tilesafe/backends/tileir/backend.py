@@ -22,7 +22,8 @@ from ..._callsite import caller_location
 from ...compiler.ir import KernelIR
 from ...driver import cuda
 from ...driver.device import Device
-from ...errors import PartitionRankError
+from ...compiler.hints import arch_hints
+from ...errors import PartitionError
 from ..base import KernelArg, Stage, Target
 from . import cache
 from .executable import TileIRExecutable
@@ -63,7 +64,6 @@ class TileIRBackend:
         return Target(self.name, arch)
 
     def launch_facts(self, ir: KernelIR, args: Sequence[KernelArg]) -> Hashable:
-        refuse_hanging_launch(ir, args)
         return launch_facts(ir, args)
 
     def stages(self, target: Target, *, hints: dict, facts: Hashable,
@@ -71,6 +71,7 @@ class TileIRBackend:
         ir_of: dict = {}
 
         def lower(ir: KernelIR) -> bytes:
+            refuse_hanging_kernel(ir, hints)
             ir_of["ir"] = ir
             return lower_kernel(ir, version=BYTECODE_VERSION, hints=hints, facts=facts)
 
@@ -115,19 +116,22 @@ class TileIRBackend:
         return probe
 
 
-def refuse_hanging_launch(ir: KernelIR, args: Sequence[KernelArg]) -> None:
-    """Refuse a launch known not to finish on the GPU: a rank-3 indexed partition of a tensor
-    whose leading extent is above 1. On the H100 (tileiras 13.4), a (1, 2, 128) tile of a
-    (3, 2, 8192) tensor at device-computed positions never finished, while the same cubin
-    finished for a (1, 2, 8192) tensor (``kv_cache_update`` of a batch of 3 against a batch of
-    1); the cause is not known. Ranks 1 and 2 are tested on the GPU."""
-    for arg in args:
-        if arg.positions is None or len(arg.shape) < 3 or arg.shape[0] <= 1:
-            continue
-        raise PartitionRankError(
-            f"kernel '{ir.name}': its indexed partition '{arg.name}' is a rank-{len(arg.shape)} "
-            f"tensor of shape {tuple(arg.shape)}; rank-3 indexed partitions of a tensor whose "
-            "first extent is above 1 can hang on the GPU (the kernel never finishes)",
-            caller_location(),
-            hint="view the output with fewer axes (reshape it so that each program's tile is a "
-                 "row or a 2-D block, with positions of that rank), or run on the cpu device")
+def refuse_hanging_kernel(ir: KernelIR, hints: Optional[dict]) -> None:
+    """Refuse to compile a kernel known not to finish on the GPU: one that writes an indexed
+    partition and carries an ``occupancy`` hint. On the H100 (tileiras 13.4) such a kernel
+    never finished, with one or two indexed partitions, ranks 1 and 3 alike (a (1024,) tile at
+    1 or 10 device positions, ``{"occupancy": 4}``), while the same kernel without the hint
+    finished in every case tried; the cause is not known. Raised before anything is
+    compiled or enqueued, naming the partition."""
+    occupancy = sorted(arch for arch, values in arch_hints(hints).items()
+                       if "occupancy" in values)
+    if not occupancy:
+        return
+    for p in ir.params:
+        if getattr(p.value.type, "positions", None) is not None:
+            raise PartitionError(
+                f"kernel '{ir.name}' writes the indexed partition '{p.name}' and has an "
+                f"occupancy hint (under {', '.join(map(repr, occupancy))}): such kernels "
+                "never finished on the GPU (the validation of the positions at entry, compiled "
+                "with that hint, spins)", caller_location(),
+                hint="drop the occupancy hint from this kernel's hints")

@@ -1,6 +1,9 @@
 """A Qwen3 model run by the kernel library: weights from a checkpoint directory on a device, a
 key/value cache per layer with one row per sequence of a batch (1 to ``MAX_BATCH``), prefill
-of each sequence's prompt and decode steps of one token per sequence.
+of each sequence's prompt and decode steps of one token per sequence. The caches are
+token-major (``(batch, max_seq, kv_heads, head_dim)``: a token's heads are one row, written by
+a rank-1 indexed partition in one launch) and read by the attention kernels through
+head-major views.
 
 The q, k and v projections are loaded as one matrix (their rows stacked), and so are the gate
 and up projections: at batch 1 the decode step runs one GEMV for each group (at larger batches
@@ -103,8 +106,7 @@ class Qwen3Engine:
         dtype: the run dtype; weights are converted to it once, on the host.
         max_seq: the key/value cache's length per sequence (prompt plus generated tokens).
         batch: sequences decoded together (1 to :data:`MAX_BATCH`): each has its own cache
-            rows, length and prompt; one replay of the decode step advances all of them. On
-            a GPU only 1 today (the KV-cache write of a batch hung there).
+            rows, length and prompt; one replay of the decode step advances all of them.
         progress: show a progress bar while the weights load.
     """
 
@@ -122,13 +124,6 @@ class Qwen3Engine:
         if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
             raise ArgumentError(f"Qwen3Engine: batch={batch!r} must be an int in "
                                 f"[1, {MAX_BATCH}]")
-        if batch > 1 and as_device(device).kind != "cpu":
-            raise ArgumentError(
-                f"Qwen3Engine: batch={batch} on {as_device(device)}: on a GPU the engine runs "
-                "batch 1 only. At batch 2 and above its KV-cache write is a rank-3 indexed "
-                "partition over the batch, which never finished on the H100 and which the GPU "
-                "backend refuses (PartitionRankError)",
-                hint="pass batch=1 (one engine per sequence), or device='cpu'")
         self.device = device
         self.device_name = str(as_device(device))
         self.max_seq = int(max_seq)
@@ -146,7 +141,10 @@ class Qwen3Engine:
             self.weights["lm_head.weight"] = self.weights["model.embed_tokens.weight"]
         self.rope_table = K.rope_cache(self.max_seq, config.head_dim, base=config.rope_theta,
                                        device=device).sync()
-        kv = (batch, config.num_key_value_heads, self.max_seq, config.head_dim)
+        # token-major caches: a token's key (value) heads are one row of slot
+        # ``b * max_seq + position``, written by one rank-1 indexed partition; the attention
+        # kernels read them through head-major views (``_heads_view``)
+        kv = (batch, self.max_seq, config.num_key_value_heads, config.head_dim)
         self.cache = [(empty(kv, self.dtype, device=device).sync(),
                        empty(kv, self.dtype, device=device).sync())
                       for _ in range(config.num_hidden_layers)]
@@ -314,7 +312,6 @@ class Qwen3Engine:
         positions = arange(start, start + t, dtype=int32, device=device).sync()
         first_slot = sequence * self.max_seq + start  # (row `sequence` of the caches)
         slots = arange(first_slot, first_slot + t, dtype=int32, device=device).sync()
-        kv_work = empty((t, 3), int32, device=device).sync()  # the slots' cache coordinates
         x = K.embedding(ids_t, w["model.embed_tokens.weight"]).sync()
         h = K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=c.rms_norm_eps).sync()
         for layer in range(c.num_hidden_layers):
@@ -327,11 +324,10 @@ class Qwen3Engine:
             K.rope(q, k, self.rope_table, positions, q_norm=w[at + "self_attn.q_norm.weight"],
                    k_norm=w[at + "self_attn.k_norm.weight"], eps=c.rms_norm_eps).sync()
             cache_k, cache_v = self.cache[layer]
-            K.kv_cache_update(cache_k, cache_v, k, v, slots, workspace=kv_work,
-                              coordinates_in_workspace=layer > 0).sync()
+            K.kv_cache_update(cache_k, cache_v, k, v, slots, layout="nhd").sync()
             attended = empty((t, hq, d), self.dtype, device=device).sync()
-            keys = cache_k[sequence:sequence + 1, :, :start + t]
-            values = cache_v[sequence:sequence + 1, :, :start + t]
+            keys = _heads_view(cache_k[sequence:sequence + 1, :start + t])
+            values = _heads_view(cache_v[sequence:sequence + 1, :start + t])
             K.flash_attention(_heads_first(q), keys, values, causal=True,
                               out=_heads_first(attended)).sync()
             o = K.matmul(attended.reshape(t, hq * d), w[at + "self_attn.o_proj.weight"]).sync()
@@ -414,8 +410,8 @@ class _DecodeStep:
                   (c.vocab_size, hid)}
         size = max(workspace_size(n, cols, rows, dt.itemsize) for cols, rows in shapes)
         mm_work = buffer(max(1, size), dtype=float32)
-        attn_work = K.decode_attention_workspace(attended, engine.cache[0][0]).sync()
-        kv_work = zeros((n, 3), int32, device=dev).sync()
+        attn_work = K.decode_attention_workspace(attended,
+                                                 _heads_view(engine.cache[0][0])).sync()
         eps = c.rms_norm_eps
 
         def mm(a, weight, out):
@@ -440,11 +436,10 @@ class _DecodeStep:
                                     q_norm=w[at + "self_attn.q_norm.weight"],
                                     k_norm=w[at + "self_attn.k_norm.weight"], eps=eps))
                 graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(n, hkv, d), v,
-                                               self.slot, workspace=kv_work,
-                                               coordinates_in_workspace=layer > 0))
-                graph.record(K.decode_attention(qn.reshape(n, hq, d), cache_k, cache_v,
-                                                self.length, out=attended,
-                                                workspace=attn_work))
+                                               self.slot, layout="nhd"))
+                graph.record(K.decode_attention(qn.reshape(n, hq, d), _heads_view(cache_k),
+                                                _heads_view(cache_v), self.length,
+                                                out=attended, workspace=attn_work))
                 graph.record(mm(attended.reshape(n, hq * d), w[at + "self_attn.o_proj.weight"],
                                 o))
                 graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
@@ -488,6 +483,12 @@ class _DecodeStep:
 
 def _borrowed(t: Any) -> Any:
     return borrow_mut(t).partition(1)
+
+
+def _heads_view(cache: Any) -> Any:
+    """A token-major cache ``(batch, len, kv_heads, d)`` viewed head-major, ``(batch,
+    kv_heads, len, d)`` (no copy: what the attention kernels take)."""
+    return cache.permute((0, 2, 1, 3))
 
 
 def _heads_first(t: Any) -> Any:
