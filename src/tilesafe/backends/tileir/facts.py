@@ -35,5 +35,33 @@ def launch_facts(kernel: KernelIR, args: Sequence[KernelArg]) -> Any:
             per = max(1, ALIGN // item)
             entry["strides_div"] = tuple(
                 per if s != 1 and (s * item) % ALIGN == 0 and s else None for s in arg.strides)
+        twin = _positions_twin(kernel, args, arg)
+        if twin is not None:
+            entry["positions_of"] = twin
         facts[arg.name] = entry
     return normalize_facts(facts)
+
+
+def _tile_grid(arg: KernelArg) -> tuple[int, ...]:
+    return tuple(-(-extent // tile) for extent, tile in zip(arg.shape, arg.tile_shape))
+
+
+def _positions_twin(kernel: KernelIR, args: Sequence[KernelArg], arg: KernelArg) -> Any:
+    """For an indexed partition whose positions are the very memory (address, shape, strides,
+    dtype) of an earlier indexed partition's, over a tile grid of the same extents: the index
+    of that earlier parameter. Both validations would read the same positions against the
+    same grid and reach the same verdict, so the kernel validates once and both partitions own
+    the same tile coordinates (``lower/positions.py``). None otherwise."""
+    mine = arg.positions
+    if mine is None:
+        return None
+    names = [p.name for p in kernel.params]
+    for other in args:
+        if other is arg:
+            return None
+        theirs = other.positions
+        if (theirs is not None and theirs.address() == mine.address()
+                and theirs.shape == mine.shape and theirs.strides == mine.strides
+                and theirs.dtype == mine.dtype and _tile_grid(other) == _tile_grid(arg)):
+            return names.index(other.name)
+    return None

@@ -111,7 +111,7 @@ __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
 
 _TENSOR_KINDS = ("tensor", "mut_tensor", "mapped", "atomic")
-_FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides"),
+_FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides", "positions_of"),
               "pointer": ("ptr_align",), "scalar": ("div_by", "bounds")}
 
 
@@ -388,8 +388,15 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         lw.token = lw.gate if lw.gate is not None else fn.make_token()
     if names & {"tile_block_id", "mut_load", "mut_store", "load_like"}:
         lw.block_ids = _block_ids(lw, kernel.grid)
+    validated: dict = {}  # parameter index -> the validated partition's argument
     for p in indexed_params(kernel):  # validated before anything is written (rule 11)
-        own_positions(lw, lw.get(p.value), lw.checked_sites[id(p)], tuple(p.value.type.shape))
+        arg, index = lw.get(p.value), kernel.params.index(p)
+        twin = validated.get(checked_facts.get(p.name, {}).get("positions_of"))
+        if twin is not None and len(twin.own_index) == len(p.value.type.shape):
+            arg.own_index = list(twin.own_index)  # the same positions, the same tile grid
+        else:
+            own_positions(lw, arg, lw.checked_sites[id(p)], tuple(p.value.type.shape))
+        validated[index] = arg
     if "num_tile_blocks" in names:
         lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
                          tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))
