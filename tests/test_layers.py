@@ -10,7 +10,8 @@ The layers, bottom up (ARCHITECTURE.md draws them):
 * ``backends`` (the backend interface, the interpreter, Tile IR)
 * ``deviceops`` (DeviceOps, their driving and graphs)
 * ``host`` (tensors, partitions, constructors, copies, interop)
-* ``launch`` (launch checks, launch ops and graph nodes)
+* ``launch`` (launch checks, launch ops and graph nodes); beside it ``distributed``
+  (collectives as DeviceOps over tensors: imports up to ``host``)
 * ``pipeline``, then ``kernel``, then ``autotune`` (choosing launch configs), then ``kernels``
   (the safe kernel library), then ``models`` (language models built on it), then the public
   surface (``__init__``, ``core``, ``cli``, ...)
@@ -46,13 +47,14 @@ ALLOWED = {
                "pipeline", "kernel"},
     "autotune": {"base", "compiler", "driver", "backends", "deviceops", "host", "launch",
                  "pipeline", "kernel", "autotune"},
+    "distributed": {"base", "driver", "deviceops", "host", "distributed"},
     "language": {"base", "compiler", "language"},
     "kernels": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
                 "launch", "pipeline", "kernel", "autotune", "kernels"},
     "models": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
                "launch", "pipeline", "kernel", "autotune", "kernels", "models"},
     "top": {"base", "compiler", "language", "driver", "backends", "deviceops", "host", "launch",
-            "pipeline", "kernel", "autotune", "kernels", "models", "top"},
+            "pipeline", "kernel", "autotune", "kernels", "models", "distributed", "top"},
 }
 EXCEPTIONS: set[tuple[str, str]] = set()  # (importer, imported) allowed to go up: none
 

@@ -46,12 +46,25 @@ def export_dlpack(tensor: Any, *, stream: Any = None, max_version: Any = None,
                   copy: Optional[bool] = None) -> Any:
     """The DLPack capsule of ``tensor`` (a read of its memory: borrow rules apply)."""
     tensor._check_access("export it through DLPack", write=False)
+    return _capsule(tensor, tensor.is_read_only, stream, max_version, copy)
+
+
+def loaned_capsule(tensor: Any) -> Any:
+    """The DLPack capsule of ``tensor`` without the borrow check and without the read-only
+    flag: only for work that holds the loans on the tensor itself (a collective's,
+    ``tilesafe.distributed``), writes only what it holds mutably and drops every view of the
+    capsule before it releases them."""
+    return _capsule(tensor, False, None, None, None)
+
+
+def _capsule(tensor: Any, readonly: bool, stream: Any, max_version: Any,
+             copy: Optional[bool]) -> Any:
     dtype = tensor.dtype
     bridged = needs_bridge(dtype)
     capsule = platform_of(tensor.device).export_dlpack(
         tensor._alloc.data, tensor._offset, tensor.shape, tensor.strides,
         unsigned_for(dtype) if bridged else dtype.storage,
-        readonly=tensor.is_read_only, stream=stream, max_version=max_version, copy=copy)
+        readonly=readonly, stream=stream, max_version=max_version, copy=copy)
     if bridged:
         retag(capsule, dtype.dlpack_code, dtype.bits)
     return capsule

@@ -1,0 +1,287 @@
+"""Collectives over tilesafe tensors through ``torch.distributed``, as DeviceOps that borrow
+their buffers like a launch.
+
+``all_reduce``, ``broadcast``, ``all_gather``, ``reduce_scatter``, ``send`` and ``recv`` each
+return a lazy :class:`~tilesafe.DeviceOp`; nothing is sent until it is driven (``.sync()``,
+``await``, a ``.then`` chain). While it runs, the op holds loans on its buffers exactly as a
+kernel launch does: a buffer it writes (the all-reduced tensor, a gather's output, a received
+tensor) mutably, a buffer it only reads (a gather's input, a sent tensor) shared. So the host,
+another thread, another op or a DLPack import of the same memory cannot read a buffer that is
+being written, or write one that is being read, until the collective completes; the
+arguments are checked for overlap (``AliasingError``) before anything is sent.
+
+The tensors are handed to ``torch.distributed`` without a copy (DLPack views made under the
+ledger's lock and dropped when the collective returns). Processes are started as
+torch.distributed expects (``torchrun``, or ``init_process_group`` in each process); a process
+group must be initialized before an op is driven.
+
+Today the collectives run on ``cpu`` tensors (the ``gloo`` backend), synchronously inside the
+op. Tensors on a GPU are refused with an ``ArgumentError``: their NCCL path (ordering with
+tilesafe's streams through events, loans held until the stream completes) is not built yet.
+
+Imports the host layer (tensors), the DeviceOp machinery, the ledger and ``torch`` (on first
+use).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ._callsite import caller_location
+from .deviceops.deviceop import DeviceOp
+from .driver.ledger import LEDGER, release_all, take_loans
+from .errors import AliasingError, ArgumentError, Location
+from .host.export import loaned_capsule
+from .host.tensor import Tensor
+
+__all__ = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "send", "recv",
+           "REDUCE_OPS"]
+
+#: the reductions, by name, as torch.distributed calls them
+REDUCE_OPS = ("sum", "product", "min", "max", "avg")
+
+
+def all_reduce(tensor: Tensor, op: str = "sum", *, group: Any = None) -> DeviceOp[Tensor]:
+    """Reduce ``tensor`` across every process of ``group`` (default: the world) in place; the
+    op's result is ``tensor``, mutably borrowed until the reduction completes.
+
+    Args:
+        tensor: a contiguous tilesafe tensor, the same shape and dtype in every process.
+        op: one of :data:`REDUCE_OPS` (``"avg"``: only where the backend has it).
+        group: a ``torch.distributed`` process group.
+    """
+    where = caller_location()
+    reduce_op = _reduce_op(op, where)
+    return _collective("all_reduce", [], [("tensor", tensor)], where,
+                       lambda dist, views: dist.all_reduce(views[0], op=reduce_op(dist),
+                                                           group=group, async_op=True),
+                       result=tensor)
+
+
+def broadcast(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor]:
+    """Replace ``tensor`` in every process by process ``src``'s (its global rank); the result
+    is ``tensor``, mutably borrowed until the broadcast completes (in ``src`` too: it must not
+    change while it is being sent)."""
+    where = caller_location()
+    return _collective("broadcast", [], [("tensor", tensor)], where,
+                       lambda dist, views: dist.broadcast(views[0], src=int(src), group=group,
+                                                         async_op=True),
+                       result=tensor)
+
+
+def all_gather(output: Tensor, input: Tensor, *, group: Any = None) -> DeviceOp[Tensor]:
+    """Write every process's ``input`` into ``output``, in rank order along the first axis
+    (``output`` is ``(world_size * n, ...)`` for an ``(n, ...)`` input); ``input`` is borrowed
+    shared and ``output`` mutably until the gather completes. The result is ``output``."""
+    where = caller_location()
+    _gathered("all_gather", ("output", output), ("input", input), where)
+    return _collective("all_gather", [("input", input)], [("output", output)], where,
+                       lambda dist, views: dist.all_gather_into_tensor(views[1], views[0],
+                                                                       group=group,
+                                                                       async_op=True),
+                       result=output)
+
+
+def reduce_scatter(output: Tensor, input: Tensor, op: str = "sum", *,
+                   group: Any = None) -> DeviceOp[Tensor]:
+    """Reduce ``input`` (``(world_size * n, ...)``) across the processes and write block
+    ``rank`` of the first axis (``(n, ...)``) into ``output``; ``input`` is borrowed shared and
+    ``output`` mutably until it completes. The result is ``output``."""
+    where = caller_location()
+    reduce_op = _reduce_op(op, where)
+    _gathered("reduce_scatter", ("input", input), ("output", output), where)
+    return _collective("reduce_scatter", [("input", input)], [("output", output)], where,
+                       lambda dist, views: dist.reduce_scatter_tensor(
+                           views[1], views[0], op=reduce_op(dist), group=group, async_op=True),
+                       result=output)
+
+
+def send(tensor: Tensor, dst: int, *, group: Any = None) -> DeviceOp[Tensor]:
+    """Send ``tensor`` to process ``dst`` (the op completes when the send has, the buffer free
+    again); ``tensor`` is borrowed shared meanwhile. The result is ``tensor``."""
+    where = caller_location()
+    return _collective("send", [("tensor", tensor)], [], where,
+                       lambda dist, views: dist.isend(views[0], dst=int(dst), group=group),
+                       result=tensor)
+
+
+def recv(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor]:
+    """Receive into ``tensor`` what process ``src`` sends; ``tensor`` is borrowed mutably until
+    it arrives. The result is ``tensor``."""
+    where = caller_location()
+    return _collective("recv", [], [("tensor", tensor)], where,
+                       lambda dist, views: dist.irecv(views[0], src=int(src), group=group),
+                       result=tensor)
+
+
+# -- the one implementation ----------------------------------------------------------------
+
+def _collective(name: str, reads: Sequence[tuple[str, Tensor]],
+                writes: Sequence[tuple[str, Tensor]], where: Location, call: Any, *,
+                result: Tensor) -> DeviceOp:
+    """The checked op of one collective (see :class:`_CollectiveOp`)."""
+    named = [*reads, *writes]
+    for label, t in named:
+        _check_tensor(name, label, t, where)
+    device = named[0][1].device
+    for label, t in named[1:]:
+        if t.device != device:
+            raise ArgumentError(f"{name}: '{label}' is on {t.device}, '{named[0][0]}' on "
+                                f"{device}", where, hint="give a collective tensors of one device")
+    if device.kind != "cpu":
+        raise ArgumentError(
+            f"{name}: the tensors are on {device}; collectives run on cpu tensors only today "
+            "(the gloo backend), their NCCL path is not built yet", where,
+            hint="copy the tensors to the cpu (t.to('cpu')) for the collective, or keep it "
+                 "in torch")
+    _refuse_overlap(name, named, len(reads), where)
+    return _CollectiveOp(name, reads, writes, where, call, result)
+
+
+class _CollectiveOp(DeviceOp):
+    """A collective as pending work: from its creation it holds shared loans on the tensors it
+    reads and mutable ones on those it writes (as a launch does), until it completes, fails, or
+    is dropped without being driven. Driven, it runs ``call(torch.distributed, views)`` with
+    zero-copy torch views of the reads then the writes (dropped before the loans end)."""
+
+    __slots__ = ("_name", "_tensors", "_call", "_result", "_loans", "_where")
+
+    def __init__(self, name: str, reads: Sequence[tuple[str, Tensor]],
+                 writes: Sequence[tuple[str, Tensor]], where: Location, call: Any,
+                 result: Tensor):
+        tensors = [t for _, t in (*reads, *writes)]
+        super().__init__(None, f"{name}({', '.join(f'{t.shape} {t.dtype.short}' for t in tensors)}) "
+                         f"created at {where}", tensors[0].device)
+        self._name, self._tensors, self._call, self._result = name, tensors, call, result
+        self._where = where
+        borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it") for _, t in reads]
+                   + [(t._alloc.loans, *t.span(), True, f"{name} writing it")
+                      for _, t in writes])
+        with LEDGER:
+            for _, t in reads:
+                t._check_access(f"send it ({name})", write=False)
+            for _, t in writes:
+                t._check_access(f"receive into it ({name})", write=True)
+            self._loans = take_loans(borrows, f"the pending {name} created at {where}", where,
+                                     None)
+
+    def _perform(self, stream: Any) -> Tensor:
+        deferred = False
+        try:
+            import torch
+            dist = _initialized(self._name, self._where)
+            _refuse_coalescing(dist, self._name, self._where)
+            views = [torch.from_dlpack(loaned_capsule(t)) for t in self._tensors]
+            try:
+                work = self._call(dist, views)
+                if work is None or type(work).__name__ == "_IllegalWork":
+                    # queued to run later (a coalescing context opened behind the check): it
+                    # will touch the buffers after this op returns, so they stay borrowed
+                    deferred = True
+                    raise ArgumentError(
+                        f"{self._name}: torch.distributed queued the collective to run later "
+                        "instead of running it; its buffers stay borrowed for good",
+                        self._where, hint="do not drive tilesafe collectives inside "
+                        "torch.distributed's coalescing contexts")
+                work.wait()  # (complete: nothing touches the buffers after this)
+            finally:
+                del views[:]  # (no view of ours outlives the loans)
+        finally:
+            if not deferred:
+                release_all(self._loans)
+        return self._result
+
+    def _consume(self, how: str) -> None:
+        super()._consume(how)
+        if how != "driven":
+            release_all(self._loans)
+
+    def graph_nodes(self) -> None:
+        return None  # (a host-side collective cannot be captured into a graph)
+
+    def __del__(self) -> None:
+        # dropped without being driven: the loans go back
+        loans = getattr(self, "_loans", None)
+        if loans and self._driven_at is None:
+            release_all(loans)
+
+
+def _check_tensor(name: str, label: str, t: Any, where: Location) -> None:
+    if isinstance(t, DeviceOp):
+        raise ArgumentError(f"{name}: '{label}' is a DeviceOp that has not run", where,
+                            hint="pass the tensor it produces (op.sync())")
+    if not isinstance(t, Tensor):
+        raise ArgumentError(f"{name}: '{label}' is a {type(t).__name__}, not a tilesafe "
+                            "Tensor", where,
+                            hint="import it first (ts.from_dlpack(x) or ts.tensor(x))")
+    t._check_usable(f"use it in {name}")
+    if not t.is_contiguous:
+        raise ArgumentError(f"{name}: '{label}' is not contiguous (strides {t.strides})",
+                            where, hint="pass a contiguous copy (t.clone())")
+
+
+def _refuse_overlap(name: str, named: Sequence[tuple[str, Tensor]], first_write: int,
+                    where: Location) -> None:
+    """A written buffer may share no byte with any other argument."""
+    for i in range(first_write, len(named)):
+        label, w = named[i]
+        for j, (other_label, other) in enumerate(named):
+            if j == i or other._alloc.loans is not w._alloc.loans:
+                continue
+            (lo, hi), (olo, ohi) = w.span(), other.span()
+            if lo < ohi and olo < hi:
+                raise AliasingError(f"{name}: '{label}' (written) and '{other_label}' overlap "
+                                    "in memory", where,
+                                    hint="gather or scatter between separate tensors")
+
+
+def _gathered(name: str, whole: tuple[str, Any], part: tuple[str, Any],
+              where: Location) -> None:
+    """The tensor ``whole`` must be ``(k * n, ...)`` for ``part`` ``(n, ...)``, one dtype (``k``,
+    the world size, is checked by torch.distributed when it runs)."""
+    (whole_label, w), (part_label, p) = whole, part
+    _check_tensor(name, whole_label, w, where)
+    _check_tensor(name, part_label, p, where)
+    if w.dtype != p.dtype:
+        raise ArgumentError(f"{name}: '{whole_label}' is {w.dtype.name}, '{part_label}' "
+                            f"{p.dtype.name}", where, hint="give both one dtype")
+    if len(w.shape) != len(p.shape) or not p.shape or tuple(w.shape[1:]) != tuple(p.shape[1:]) \
+            or not p.shape[0] or w.shape[0] % p.shape[0]:
+        raise ArgumentError(f"{name}: '{whole_label}' of shape {tuple(w.shape)} cannot hold "
+                            f"world-size blocks of '{part_label}' {tuple(p.shape)} along its "
+                            "first axis", where,
+                            hint="make it (world_size * n, ...) for an (n, ...) part")
+
+
+def _refuse_coalescing(dist: Any, name: str, where: Location) -> None:
+    """A collective called inside torch.distributed's coalescing context is only queued, to
+    run when the context ends: after this op would have given its loans back. Refused."""
+    world = getattr(getattr(dist, "distributed_c10d", None), "_world", None)
+    if getattr(world, "pg_coalesce_state", None):
+        raise ArgumentError(f"{name}: called inside a torch.distributed coalescing context, "
+                            "where it would run only when the context ends, after its "
+                            "buffers' loans", where,
+                            hint="drive tilesafe collectives outside coalescing contexts")
+
+
+def _reduce_op(op: str, where: Location) -> Any:
+    if op not in REDUCE_OPS:
+        raise ArgumentError(f"unknown reduction {op!r}", where,
+                            hint="one of " + ", ".join(REDUCE_OPS))
+    names = {"sum": "SUM", "product": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
+    return lambda dist: getattr(dist.ReduceOp, names[op])
+
+
+def _initialized(name: str, where: Location) -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise ArgumentError(f"{name}: torch is not installed", where,
+                            hint="pip install torch (the collectives run through "
+                                 "torch.distributed)") from None
+    if not dist.is_available() or not dist.is_initialized():
+        raise ArgumentError(f"{name}: no torch.distributed process group is initialized in "
+                            "this process", where,
+                            hint="start the processes with torchrun, or call "
+                                 "torch.distributed.init_process_group('gloo', ...) first")
+    return dist
