@@ -178,6 +178,28 @@ def test_a_shared_result_is_read_only_through_every_path():
     assert inc(ts.borrow_mut(ts.zeros(16, device="cpu").sync()).partition(4), twin).sync()
 
 
+def test_memory_pending_work_still_writes_cannot_become_a_shared_result():
+    # a launch made but not driven writes t: sharing t now would hand out "read-only" memory
+    # that the launch then writes
+    x = _ones()
+    t = ts.zeros(16, device="cpu").sync()
+    twin = ts.from_dlpack(np.from_dlpack(t[0:8]))  # the same memory, imported again
+    pending = inc(ts.borrow_mut(t).partition(4), x)
+    for target in (t, twin):
+        with pytest.raises(BorrowError, match=r"cannot make it the shared, read-only result "
+                           r"of \.shared\(\): its memory is mutably borrowed by the pending "
+                           r"launch of 'inc'"):
+            ts.value(target).shared().sync()
+    pending.sync()
+    shared = ts.value(t).shared().sync()  # once the writer completed
+    assert shared.is_read_only and shared.numpy().tolist() == [2.0] * 16
+    # a pending reader does not stop it
+    u = ts.zeros(16, device="cpu").sync()
+    reader = inc(ts.borrow_mut(ts.zeros(16, device="cpu").sync()).partition(4), u)
+    assert ts.value(u).shared().sync().is_read_only
+    reader.sync()
+
+
 # -- metadata cannot be edited into a lie -------------------------------------------------------
 
 def test_shape_strides_and_dtype_are_read_only():

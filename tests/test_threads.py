@@ -141,3 +141,43 @@ def test_threads_that_first_use_a_stream_together_share_one_native_stream():
             t.join(10)
         assert len(made) == 1 and len(seen) == THREADS
         assert all(native is made[0] and address == 1000 for native, address in seen)
+
+
+def _drive_from_two_threads(make_op, drive, trials: int) -> int:
+    """How many of ``trials`` ops, each driven by two threads at once, ran twice."""
+    twice = 0
+    with _switching_often():
+        for _ in range(trials):
+            op, ran = make_op()
+            barrier = threading.Barrier(2)
+
+            def attempt():
+                barrier.wait()
+                try:
+                    drive(op)
+                except ts.DeviceOpError:
+                    pass
+            threads = [threading.Thread(target=attempt) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            twice += ran() > 1
+    return twice
+
+
+def test_an_op_driven_by_two_threads_at_once_runs_once():
+    """The second drive is an error however the two threads interleave: an op's check that it
+    is unused and its mark are one step (without it, 8 of 3000 ops ran twice here). Launches,
+    which check and mark on their own paths (compiled and Python), are driven the same way."""
+    from tilesafe.deviceops.deviceop import DeviceOp
+
+    def make_op():
+        runs: list = []
+        return DeviceOp(lambda stream: runs.append(1), "probe", None), lambda: len(runs)
+    assert _drive_from_two_threads(make_op, lambda op: op._consume("driven"), 3000) == 0
+
+    def make_launch():
+        z = ts.zeros(4, device="cpu").sync()
+        return bump(ts.borrow_mut(z).partition(4)), lambda: int(z.numpy()[0])  # 1 per run
+    assert _drive_from_two_threads(make_launch, lambda op: op.sync(), 300) == 0

@@ -16,7 +16,7 @@ composed steps. On the ``cpu`` device work completes when it runs.
 
 This module imports only the driver package (streams, the ledger) and ``deviceops.awaiting``:
 it knows nothing of tensors or kernels. A result that must become read-only when shared says
-so itself (an object with ``_mark_shared(where)``).
+so itself (an object with ``_mark_shared(where, stream)``).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 _FAST = _compiled.FASTPATH
+#: makes an op's check-and-mark of its one use atomic across threads (``DeviceOp._consume``)
+CONSUME_LOCK = threading.Lock()
 
 
 class _OpState:
@@ -207,14 +209,19 @@ class DeviceOp(OpCore, Generic[T]):
 
     def _consume(self, how: str) -> None:
         """Mark the op as used (``how``: "driven", "recorded into a graph"); an op is used
-        once. A drive records the location of the user's driving call."""
-        if self._driven_at is not None:
-            first_how, first_where = self._driven_at
-            raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
-                                f"{first_how} at {first_where}; an op runs once\n  fix: build a "
-                                "new op for each run, or call .shared() to reuse one result")
-        where = getattr(_DRIVE, "where", None) if how == "driven" else None
-        self._driven_at = (how, where or caller_location())
+        once, also when two threads drive it at once (the check and the mark are one step).
+        A drive records the location of the user's driving call."""
+        where = (getattr(_DRIVE, "where", None) if how == "driven" else None) or \
+            caller_location()
+        with CONSUME_LOCK:
+            first = self._driven_at
+            if first is None:
+                self._driven_at = (how, where)
+                return
+        first_how, first_where = first
+        raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
+                            f"{first_how} at {first_where}; an op runs once\n  fix: build a "
+                            "new op for each run, or call .shared() to reuse one result")
 
     def __repr__(self) -> str:
         state = "driven" if self._driven_at else "pending"
@@ -352,7 +359,7 @@ class SharedOp(DeviceOp[T]):
         with self._lock:
             if not self._done:
                 try:
-                    self._result = _mark_shared(self._inner._execute(stream))
+                    self._result = _mark_shared(self._inner._execute(stream), stream)
                 except BaseException as err:
                     self._result = err
                     raise
@@ -363,16 +370,17 @@ class SharedOp(DeviceOp[T]):
         return self._result
 
 
-def _mark_shared(result: Any) -> Any:
-    """Make the result of a shared op read-only: every value of it that can be shared (a
-    tensor: it has ``_mark_shared``) is marked, in one ownership step."""
+def _mark_shared(result: Any, stream: Stream) -> Any:
+    """Make the result of a shared op, run on ``stream``, read-only: every value of it that can
+    be shared (a tensor: it has ``_mark_shared``) is marked, in one ownership step (refused
+    while work not ordered before ``stream`` still writes it)."""
     values = result if isinstance(result, tuple) else (result,)
     where = caller_location()
     with LEDGER:
         for v in values:
             mark = getattr(v, "_mark_shared", None)
             if mark is not None:
-                mark(where)
+                mark(where, stream)
         bump_ownership_epoch()
     return result
 

@@ -288,6 +288,11 @@ execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where, PyObject *
         Py_INCREF(where);
     else if ((where = caller_location()) == NULL)
         return NULL;
+    if (!undriven(op)) {  /* driven by another thread meanwhile (caller_location runs Python):
+                           * the check and the mark below run with no Python code between */
+        Py_DECREF(where);
+        return PyObject_CallFunctionObjArgs(config.deviceop_execute, op, stream, NULL);
+    }
     int marked = mark_driven(op, s_driven, where);
     Py_DECREF(where);
     if (marked < 0)
@@ -328,6 +333,13 @@ launch_sync(PyObject *op, PyObject *unused)
     Py_INCREF(prepared);
     PyObject *stream = next_stream(OPFIELD(op, OP_DEVICE));
     PyObject *where = stream ? caller_location() : NULL;
+    if (where != NULL && !undriven(op)) {  /* driven by another thread meanwhile: the
+                                            * DeviceOp path raises the second drive's error */
+        Py_DECREF(where);
+        Py_DECREF(stream);
+        Py_DECREF(prepared);
+        return PyObject_CallOneArg(config.deviceop_sync, op);
+    }
     if (where == NULL || mark_driven(op, s_driven, where) < 0) {
         Py_XDECREF(where);
         Py_XDECREF(stream);

@@ -115,10 +115,10 @@ class Partition:
             self._spent_why = why
             bump_ownership_epoch()
 
-    def _mark_shared(self, where: Location) -> None:
+    def _mark_shared(self, where: Location, stream: Any) -> None:
         """The result of a ``.shared()`` op: the partitioned memory becomes read-only, so the
         partition can no longer be launched as an output (called with the ledger held)."""
-        self._tensor._mark_shared(where)
+        self._tensor._mark_shared(where, stream)
 
     def unpartition(self) -> Any:
         """End the partition and return the whole tensor (the partition is consumed).

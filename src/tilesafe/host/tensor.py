@@ -156,11 +156,16 @@ class Tensor:
             self._moved_at = where
             bump_ownership_epoch()
 
-    def _mark_shared(self, where: Location) -> None:
-        """Make this tensor the read-only result of a ``.shared()`` op, and its memory read-only
-        through every other tensor over it too (called with the ledger held)."""
+    def _mark_shared(self, where: Location, stream: Any) -> None:
+        """Make this tensor the read-only result of a ``.shared()`` op run on ``stream``, and
+        its memory read-only through every other tensor over it too (called with the ledger
+        held). Refused while pending work not ordered before ``stream`` (another stream's
+        launch, a collective) may still write it: it would write "read-only" memory."""
+        lo, hi = self.span()
+        self._alloc.check(lo, hi, write=False, action="make it the shared, read-only result "
+                          "of .shared()", where=where, stream=stream)
         self._shared_at = where
-        make_read_only(self._alloc.loans, *self.span(), where)
+        make_read_only(self._alloc.loans, lo, hi, where)
 
     @property
     def is_read_only(self) -> bool:
