@@ -47,8 +47,19 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 _FAST = _compiled.FASTPATH
-#: makes an op's check-and-mark of its one use atomic across threads (``DeviceOp._consume``)
-CONSUME_LOCK = threading.Lock()
+#: makes an op's check-and-mark of its one use atomic across threads (:func:`claim`)
+_CLAIM_LOCK = threading.Lock()
+
+
+def claim(op: Any, how: str, where: Location) -> Optional[tuple]:
+    """Mark ``op`` used (``how``, at ``where``) unless it already is; returns None when this
+    call marked it, else the ``(how, where)`` of its earlier use. The check and the mark are
+    one step, so of several threads claiming one op exactly one gets None."""
+    with _CLAIM_LOCK:
+        first = op._driven_at
+        if first is None:
+            op._driven_at = (how, where)
+        return first
 
 
 class _OpState:
@@ -213,11 +224,9 @@ class DeviceOp(OpCore, Generic[T]):
         A drive records the location of the user's driving call."""
         where = (getattr(_DRIVE, "where", None) if how == "driven" else None) or \
             caller_location()
-        with CONSUME_LOCK:
-            first = self._driven_at
-            if first is None:
-                self._driven_at = (how, where)
-                return
+        first = claim(self, how, where)
+        if first is None:
+            return
         first_how, first_where = first
         raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
                             f"{first_how} at {first_where}; an op runs once\n  fix: build a "

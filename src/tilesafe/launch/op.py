@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from .. import _compiled
 from .._callsite import caller_location
-from ..deviceops.deviceop import CONSUME_LOCK, DeviceOp, OpCore, resolve
+from ..deviceops.deviceop import DeviceOp, OpCore, claim, resolve
 from ..driver.ledger import release_all
 from ..driver.stream import Stream, current_stream, next_stream
 from ..errors import Location, TilesafeError
@@ -106,12 +106,7 @@ class _LaunchState(OpCore):
         if self._early is None or self._driven_at is not None or self._early_stream is not None:
             return DeviceOp.sync(self)
         stream = next_stream(self.device)
-        where = caller_location()
-        with CONSUME_LOCK:  # (another thread may have driven it meanwhile)
-            first = self._driven_at
-            if first is None:
-                self._driven_at = ("driven", where)
-        if first is not None:
+        if claim(self, "driven", caller_location()) is not None:  # (another thread's drive)
             return DeviceOp.sync(self)  # (which raises the second drive's error)
         try:
             return self._kernel._run_prepared(self._early, stream)
