@@ -127,6 +127,11 @@ def _checks(rank: int) -> None:
         with pytest.raises(ts.ArgumentError, match="coalescing context"):
             op.sync()
     assert w.numpy().tolist() == [0.0, 0.0]  # refused before anything was queued
+    # a collective torch refuses when it runs gives its loans back
+    bad = D.broadcast(z, src=WORLD + 3)
+    with pytest.raises(Exception):
+        bad.sync()
+    assert z.numpy().tolist() == [0.0] * 3
     assert D.all_reduce(z).sync() is z  # the ranks still agree on the collectives run
 
 
@@ -175,6 +180,10 @@ def test_arguments_are_checked_when_the_op_is_made():
         D.all_reduce(ts.zeros((4, 4), ts.float32, device="cpu").sync()[:, 1])
     with pytest.raises(ts.ArgumentError, match=r"'output' of shape \(5, 2\) cannot hold "):
         D.all_gather(ts.zeros((5, 2), device="cpu").sync(), ts.zeros((2, 2), device="cpu").sync())
+    # two DLPack imports of one buffer, overlapping: refused as a launch's arguments are
+    buffer = np.zeros(8, np.float32)
+    with pytest.raises(ts.AliasingError, match="'output' \\(written\\) and 'input' overlap"):
+        D.all_gather(ts.from_dlpack(buffer), ts.from_dlpack(buffer[2:6]))
     with pytest.raises(ts.ArgumentError, match="'output' is float16, 'input' float32"):
         D.all_gather(ts.zeros((4,), ts.float16, device="cpu").sync(),
                      ts.zeros((2,), device="cpu").sync())

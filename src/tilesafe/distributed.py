@@ -222,14 +222,11 @@ def _check_tensor(name: str, label: str, t: Any, where: Location) -> None:
 
 def _refuse_overlap(name: str, named: Sequence[tuple[str, Tensor]], first_write: int,
                     where: Location) -> None:
-    """A written buffer may share no byte with any other argument."""
+    """A written buffer may share no byte with any other argument (as a launch's)."""
     for i in range(first_write, len(named)):
         label, w = named[i]
         for j, (other_label, other) in enumerate(named):
-            if j == i or other._alloc.loans is not w._alloc.loans:
-                continue
-            (lo, hi), (olo, ohi) = w.span(), other.span()
-            if lo < ohi and olo < hi:
+            if j != i and w._overlaps(other):
                 raise AliasingError(f"{name}: '{label}' (written) and '{other_label}' overlap "
                                     "in memory", where,
                                     hint="gather or scatter between separate tensors")

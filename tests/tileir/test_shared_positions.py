@@ -99,3 +99,21 @@ def test_the_twin_kernel_assembles_for_sm_90():
     cubin = driver.assemble(lower_kernel(ir, facts={"b": {"positions_of": 0}}), "sm_90",
                             kernel=ir, tool=tool)
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_facts_of_real_arguments_follow_the_memory_not_the_tensor_objects():
+    """Through the launch's own description of its arguments: two DLPack imports of one
+    buffer are the same positions; imports of one buffer at other offsets are not."""
+    from tilesafe.launch.checks import kernel_args
+    ir = _ir()
+    rows = ts.tensor(np.arange(12, dtype=np.float32), device="cpu").sync()
+
+    def twin(first, second):
+        args = [ts.borrow_mut(ts.zeros((32,), device="cpu").sync()).partition(4, at=first),
+                ts.borrow_mut(ts.zeros((32,), device="cpu").sync()).partition(4, at=second),
+                rows]
+        return _twin(launch_facts(ir, kernel_args(write_both.rules.params, args)))
+    buffer = np.array([0, 5, 1, 2, 0], np.int32)
+    assert twin(ts.from_dlpack(buffer[1:4]), ts.from_dlpack(buffer[1:4])) == 0
+    assert twin(ts.from_dlpack(buffer[1:4]), ts.from_dlpack(buffer[0:3])) is None  # overlapping
+    assert twin(ts.from_dlpack(buffer[1:4]), ts.from_dlpack(buffer[1:4].copy())) is None

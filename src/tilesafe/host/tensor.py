@@ -112,6 +112,15 @@ class Tensor:
         base = self._alloc.base
         return (base + lo, base + hi)
 
+    def _overlaps(self, other: "Tensor") -> bool:
+        """Whether this view and ``other`` may touch one byte, through whatever path reached
+        the memory (views, DLPack imports of one buffer): the same device and intersecting
+        address spans (the conservative footprints loans are keyed by)."""
+        if self.device != other.device:
+            return False
+        (lo, hi), (other_lo, other_hi) = self.span(), other.span()
+        return lo < other_hi and other_lo < hi
+
     # -- ownership ------------------------------------------------------------------------
     def _moved_location(self) -> Optional[Location]:
         t: Optional[Tensor] = self

@@ -208,10 +208,7 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
     tensors = [(p.name, t, mutable) for p, _, t, mutable in tensor_arguments(params, args)]
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
-            if not (mut_a or mut_b) or ta.device != tb.device:
-                continue
-            (lo_a, hi_a), (lo_b, hi_b) = ta.span(), tb.span()
-            if lo_a < hi_b and lo_b < hi_a:
+            if (mut_a or mut_b) and ta._overlaps(tb):
                 mutable = name_a if mut_a else name_b
                 raise AliasingError(
                     f"arguments '{name_a}' and '{name_b}' of '{kernel_name}' overlap in memory "
