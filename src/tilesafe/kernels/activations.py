@@ -101,8 +101,16 @@ def _silu(g):
 def silu_mul_tiles(z: tc.MutTensor["T", ("R", "BC")], gate: tc.Tensor["T", (-1, -1)],  # noqa: F821
                    up: tc.Tensor["T", (-1, -1)]):  # noqa: F821
     """``z = round(round(silu(gate)) * up)``: the two roundings of transformers' MLP."""
-    activated = _silu(tc.load_tile_like(gate, z).astype(tc.f32)).astype(z.dtype)
-    z.store((activated.astype(tc.f32) * tc.load_tile_like(up, z).astype(tc.f32)).astype(z.dtype))
+    z.store(silu_gated(tc.load_tile_like(gate, z), tc.load_tile_like(up, z)))
+
+
+@function
+def silu_gated(g, u):
+    """SwiGLU's gating of the tiles ``g`` and ``u``, rounded as transformers' MLP rounds:
+    ``round(round(silu(g)) * u)`` in ``g``'s dtype (``silu_mul``, and the down projection's
+    GEMV that computes its own activations, ``kernels.gemv.gemv_rows_silu_mul``)."""
+    activated = _silu(g.astype(tc.f32)).astype(g.dtype)
+    return (activated.astype(tc.f32) * u.astype(tc.f32)).astype(g.dtype)
 
 
 SQRT_HALF = 0.7071067811865476

@@ -47,7 +47,7 @@ from .._callsite import caller_location
 from ..errors import ArgumentError
 from ._outputs import Output
 from ._rowwise import WarpVariants
-from .activations import _silu
+from .activations import silu_gated
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -141,9 +141,7 @@ def gemv_rows_silu_mul(z: tc.MutTensor["TO", (1, "BN")], gate: tc.Tensor["T", (-
     pg, pu, pw = gate.partition((1, BK)), up.partition((1, BK)), w.partition((BN, BK))
     acc = tc.zeros((BN, BK), tc.f32)
     for k in range(tc.num_tiles(pw, 1)):
-        g = pg.load((0, k))
-        activated = _silu(g.astype(tc.f32)).astype(g.dtype)
-        x = (activated.astype(tc.f32) * pu.load((0, k)).astype(tc.f32)).astype(g.dtype)
+        x = silu_gated(pg.load((0, k)), pu.load((0, k)))
         acc = acc + pw.load((j, k)).astype(tc.f32) * x.astype(tc.f32)
     z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
 
