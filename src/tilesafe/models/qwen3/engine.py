@@ -493,7 +493,7 @@ def _heads_view(cache: Any) -> Any:
 
 def _heads_first(t: Any) -> Any:
     """A ``(tokens, heads, d)`` tensor viewed as ``(1, heads, tokens, d)`` (no copy)."""
-    return t.reshape((1,) + tuple(t.shape)).permute((0, 2, 1, 3))
+    return _heads_view(t.reshape((1,) + tuple(t.shape)))
 
 
 def _numpy_dtype(dtype: DType) -> Any:
