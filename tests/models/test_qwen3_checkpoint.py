@@ -1,7 +1,8 @@
 """Qwen3 configs and checkpoints: the named sizes have the published parameter counts, a
 random checkpoint is written in Hugging Face's format (transformers loads it with no missing or
-unexpected weight, sharded with an index or in one file), read back memory-mapped and checked
-against its config, and bad directories are refused naming what is wrong."""
+unexpected weight, sharded with an index or in one file), its values a function of the seed and
+shapes (not of the threads drawing them), read back memory-mapped and checked against its
+config, and bad directories are refused naming what is wrong."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 
 from tilesafe.errors import ArgumentError
-from tilesafe.models.checkpoint import Checkpoint, write_random
+from tilesafe.models.checkpoint import Checkpoint, random_weights, write_random
 from tilesafe.models.qwen3.config import NAMED_CONFIGS, Qwen3Config, named
-from tilesafe.models.qwen3.weights import weight_shapes
+from tilesafe.models.qwen3.weights import is_norm, weight_shapes
 
 TINY = Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -53,6 +54,45 @@ def test_a_random_checkpoint_loads_in_transformers_and_back(tmp_path, shard_byte
     norm = ckpt.get("model.norm.weight").astype(np.float32)
     assert abs(float(norm.mean()) - 1.0) < 0.05  # norm scales near 1, matrices near 0
     assert write_random(TINY, root, seed=3, progress=False) == root  # reused, not rewritten
+
+
+def test_random_values_depend_on_the_seed_and_shapes_not_on_the_threads(tmp_path):
+    """``random_weights`` gives the same values bit for bit whatever the number of threads
+    filling the chunks (chunks of 64 here: tensors of several chunks, the last one partial),
+    chunk ``c`` of tensor ``i`` drawn by ``default_rng([seed, i, c])`` and rounded to the dtype
+    as ``astype`` rounds; another seed gives other values; and ``write_random`` writes the same
+    bytes with 1 thread or 3."""
+    from ml_dtypes import bfloat16
+    shapes = [("a.weight", (7, 50)), ("b_norm.weight", (130,)), ("c.weight", (0, 4)),
+              ("d.weight", (64, 3))]
+
+    def draw(dtype, seed=7, workers=1):
+        return list(random_weights(shapes, dtype, seed=seed, std=0.02, is_norm=is_norm,
+                                   workers=workers, chunk=64))
+
+    def same(a, b):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+    one = draw(bfloat16)
+    assert [(name, a.shape) for name, a in one] == shapes
+    for workers in (2, 3, 8):
+        assert all(same(a, b) for (_, a), (_, b) in zip(one, draw(bfloat16, workers=workers)))
+    wide = draw(np.float32, workers=3)
+    assert all(same(a, b.astype(bfloat16)) for (_, a), (_, b) in zip(one, wide))
+    flat = wide[0][1].reshape(-1)  # 350 values: chunks 0..4 full, chunk 5 of 30
+    for c, n in ((0, 64), (5, 30)):
+        drawn = np.random.default_rng([7, 0, c]).standard_normal(n, dtype=np.float32)
+        assert same(flat[64 * c:64 * c + n], drawn * np.float32(0.02))
+    norm = wide[1][1]  # (is_norm: 1 + N(0, std))
+    assert abs(float(norm.mean()) - 1) < 0.01 and abs(float(wide[3][1].mean())) < 0.01
+    assert len({flat[64 * c:64 * c + 30].tobytes() for c in range(6)}) == 6
+    other = draw(np.float32, seed=8, workers=2)
+    assert not any(np.array_equal(a, b) for (_, a), (_, b) in zip(wide, other) if a.size)
+    with pytest.raises(ArgumentError, match="workers=0 must be an int >= 1"):
+        draw(np.float32, workers=0)
+    files = [write_random(TINY, tmp_path / str(w), seed=3, progress=False, workers=w)
+             / "model.safetensors" for w in (1, 3)]
+    assert files[0].read_bytes() == files[1].read_bytes()
 
 
 def test_a_checkpoint_that_does_not_match_its_config_is_refused(tmp_path):

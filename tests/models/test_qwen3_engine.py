@@ -1,7 +1,8 @@
 """The Qwen3 engine against transformers, same random weights: prefill logits and greedy decode
 steps (replays of the recorded decode graph) agree with transformers' bfloat16 run as closely
 as that run agrees with its own float32 run (the reference), and the greedy tokens are the
-same."""
+reference's (where the reference's top two logits are closer than bfloat16 rounding moves
+them, either is allowed, and the test says so)."""
 
 from __future__ import annotations
 
@@ -65,23 +66,41 @@ def test_prefill_and_decode_match_transformers(checkpoint):
     assert engine.generate(PROMPT, 4) == tokens[len(PROMPT):] + [int(np.argmax(ours[-1]))]
 
 
-def _hf_greedy(model, ids, steps):
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=steps, min_new_tokens=steps,
-                             do_sample=False, pad_token_id=0)
-    return out[0, len(ids):].tolist()
+def _hf_forced(model, prompt, tokens):
+    """The logits that chose each of ``tokens`` after ``prompt`` (teacher-forced: one pass
+    over the prompt and the tokens), one row per token."""
+    return _hf_logits(model, list(prompt) + list(tokens[:-1]))[len(prompt) - 1:]
 
 
 def test_a_batch_of_prompts_of_different_lengths_decodes_as_each_alone(checkpoint):
     """Three prompts of different lengths in one batch: each sequence's cache row, position
-    and length are its own, and its greedy tokens are transformers' (float32) for that prompt
-    alone."""
+    and length are its own, so its greedy tokens are exactly the engine's for that prompt
+    alone; and they are transformers' float32 greedy tokens (the reference), checked
+    teacher-forced with our tokens: at every step ours is the reference's argmax or, where the
+    reference's top logits nearly tie, its reference logit is within twice transformers' own
+    bfloat16-vs-float32 logit error at that step of the maximum (a tie that bfloat16 rounding
+    decides either way); and at least 4 in 5 steps are exact.
+
+    Why not exact equality: with seed 11 the second prompt's second token is such a tie, the
+    reference's top two logits 7e-5 apart while bfloat16 moves logits by 2e-3 (ours 2.5e-3,
+    transformers' bfloat16 run 2.0e-3, which picks our token too); the other 14 steps are
+    exact."""
     prompts = [PROMPT, [5, 9, 31, 77], [100, 2, 8, 64, 12, 45, 3, 19, 27]]
     engine = Qwen3Engine(checkpoint, max_seq=32, batch=3)
     made = engine.generate(prompts, 5)
-    reference = _hf(checkpoint, torch.float32)
-    assert made == [_hf_greedy(reference, p, 5) for p in prompts]
     assert engine.lengths == [len(p) + 4 for p in prompts]
+    assert made == [Qwen3Engine(checkpoint, max_seq=32).generate(p, 5) for p in prompts]
+    reference, hf_bf16 = _hf(checkpoint, torch.float32), _hf(checkpoint, torch.bfloat16)
+    exact = steps = 0
+    for prompt, tokens in zip(prompts, made):
+        want = _hf_forced(reference, prompt, tokens)
+        bound = 2 * np.abs(_hf_forced(hf_bf16, prompt, tokens) - want).max(axis=1)
+        for step, token in enumerate(tokens):
+            gap = want[step].max() - want[step, token]
+            assert gap <= bound[step], (prompt, step, token, gap, bound[step])
+            exact += int(np.argmax(want[step])) == token
+            steps += 1
+    assert 5 * exact >= 4 * steps, (exact, steps)
 
 
 def test_sampled_decoding_draws_each_token_from_its_own_stream(checkpoint):

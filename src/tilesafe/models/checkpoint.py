@@ -3,7 +3,9 @@ or shards with ``model.safetensors.index.json``), read with the ``safetensors`` 
 mapped: a weight is read from disk when it is used) and written the same way.
 
 ``write_random`` makes a checkpoint of random weights for a named size, so a model of a real
-size can be loaded through the very path a real checkpoint takes.
+size can be loaded through the very path a real checkpoint takes; ``random_weights`` draws them
+in fixed chunks, each from its own seeded generator, filled by a pool of threads (the values do
+not depend on the number of threads).
 
 Imports ``errors``, the model configs and, at use, numpy, ml_dtypes, safetensors and tqdm."""
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
@@ -20,6 +24,11 @@ from ..errors import ArgumentError
 
 INDEX = "model.safetensors.index.json"
 SHARD_BYTES = 4 << 30
+#: values per generator of ``random_weights`` (they depend on it: fixed, not tuned)
+RANDOM_CHUNK = 1 << 22
+#: how ``random_weights`` draws (``write_random`` puts it in ``config.json``: a checkpoint
+#: drawn another way, by an older tilesafe, is not reused)
+RANDOM_SCHEME = f"chunks of {RANDOM_CHUNK}, default_rng([seed, tensor, chunk])"
 
 
 def _progress(total: int, desc: str, unit: str, enabled: bool) -> Any:
@@ -144,17 +153,84 @@ def write_checkpoint(directory: "str | Path", config_json: Mapping[str, Any],
     return root
 
 
+def default_workers() -> int:
+    """The threads ``random_weights`` fills with by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not on Linux)
+        return max(1, os.cpu_count() or 1)
+
+
 def random_weights(shapes: Iterable[tuple[str, tuple[int, ...]]], dtype: Any, *, seed: int,
-                   std: float, is_norm: Callable[[str], bool]) -> Iterator[tuple[str, np.ndarray]]:
-    """Random weights of ``shapes``: matrices ~ N(0, std), norm scales ~ 1 + N(0, std), drawn
-    from a seeded generator and rounded to ``dtype`` (a numpy / ml_dtypes dtype)."""
-    rng = np.random.default_rng(seed)
-    for name, shape in shapes:
-        values = rng.standard_normal(shape, dtype=np.float32)
-        values *= np.float32(std)
-        if is_norm(name):
+                   std: float, is_norm: Callable[[str], bool], workers: Optional[int] = None,
+                   chunk: int = RANDOM_CHUNK) -> Iterator[tuple[str, np.ndarray]]:
+    """Random weights of ``shapes``, yielded ``(name, array)`` in order: matrices ~ N(0, std),
+    norm scales ~ 1 + N(0, std), drawn in float32 and rounded to ``dtype`` (a numpy / ml_dtypes
+    dtype).
+
+    Tensor ``i`` is drawn in chunks of ``chunk`` values (of the flattened tensor, the last one
+    shorter), chunk ``c`` from its own generator ``np.random.default_rng([seed, i, c])``, so
+    the values are a function of ``seed``, the shapes and ``chunk`` alone: not of ``workers``
+    (the threads filling the chunks, default ``default_workers()``; numpy's generators and
+    casts release the GIL) nor of the order the chunks are filled in. While a tensor is
+    consumed the next one is filled: besides the tensor yielded, one more and a float32 chunk
+    per thread are held."""
+    workers = default_workers() if workers is None else workers
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ArgumentError(f"workers={workers!r} must be an int >= 1")
+    if not (isinstance(chunk, int) and chunk >= 1):
+        raise ArgumentError(f"chunk={chunk!r} must be an int >= 1")
+    if seed < 0:
+        raise ArgumentError(f"seed={seed!r} must be >= 0")
+    direct = np.dtype(dtype) == np.float32  # (drawn into the tensor itself, no scratch)
+    scale, local = np.float32(std), threading.local()
+
+    def fill(flat: np.ndarray, index: int, c: int, norm: bool) -> None:
+        part = flat[c * chunk:(c + 1) * chunk]
+        if direct:
+            values = part
+        else:
+            scratch = getattr(local, "scratch", None)
+            if scratch is None:
+                scratch = local.scratch = np.empty(chunk, np.float32)
+            values = scratch[:part.size]
+        np.random.default_rng([seed, index, c]).standard_normal(out=values, dtype=np.float32)
+        values *= scale
+        if norm:
             values += np.float32(1.0)
-        yield name, values.astype(dtype)
+        if not direct:
+            part[...] = values  # (rounded to dtype as astype rounds)
+
+    def start(index: int, name: str, shape: tuple[int, ...]) -> tuple[str, np.ndarray, list]:
+        array = np.empty(shape, dtype)
+        flat, norm = array.reshape(-1), is_norm(name)
+        jobs = [(flat, index, c, norm) for c in range(-(-flat.size // chunk))]
+        if pool is not None:
+            return name, array, [pool.submit(fill, *job) for job in jobs]
+        return name, array, jobs
+
+    def finish(name: str, array: np.ndarray, work: list) -> tuple[str, np.ndarray]:
+        for job in work:
+            if pool is not None:
+                job.result()
+            else:
+                fill(*job)
+        return name, array
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="random-weights") if workers > 1 \
+        else None
+    try:
+        pending = None
+        for index, (name, shape) in enumerate(shapes):
+            started = start(index, name, tuple(shape))
+            if pending is not None:
+                yield finish(*pending)
+            pending = started
+        if pending is not None:
+            yield finish(*pending)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def directory_bytes(shapes: Iterable[tuple[str, tuple[int, ...]]], itemsize: int) -> int:
@@ -170,11 +246,12 @@ def default_random_dir(name: str) -> Path:
 
 def write_random(name_or_config: Any, directory: Optional["str | Path"] = None, *,
                  dtype: str = "bfloat16", seed: int = 0, progress: bool = True,
-                 shard_bytes: int = SHARD_BYTES) -> Path:
-    """Write a Qwen3 checkpoint of random weights: ``name_or_config`` a named size
+                 shard_bytes: int = SHARD_BYTES, workers: Optional[int] = None) -> Path:
+    """Write a Qwen3 checkpoint of random weights (``random_weights``, filled by ``workers``
+    threads: the values do not depend on how many): ``name_or_config`` a named size
     (``qwen3-4b``...) or a ``Qwen3Config``; ``directory`` defaults to the cache
-    (``default_random_dir``). An existing complete checkpoint with the same config and seed is
-    reused. Returns the directory."""
+    (``default_random_dir``). An existing complete checkpoint with the same config, seed and
+    way of drawing (``RANDOM_SCHEME``) is reused. Returns the directory."""
     import ml_dtypes
     from .qwen3.config import Qwen3Config, named
     from .qwen3.weights import RANDOM_STD, is_norm, weight_shapes
@@ -183,7 +260,7 @@ def write_random(name_or_config: Any, directory: Optional["str | Path"] = None, 
     root = Path(directory) if directory is not None else default_random_dir(f"{label}-{dtype}-"
                                                                             f"{seed}")
     config_json = dict(config.to_json_dict(), torch_dtype=dtype,
-                       tilesafe_random_seed=seed)
+                       tilesafe_random_seed=seed, tilesafe_random_scheme=RANDOM_SCHEME)
     done = root / "config.json"
     if done.is_file() and json.loads(done.read_text()) == config_json:
         return root  # (written last: a complete checkpoint)
@@ -196,5 +273,5 @@ def write_random(name_or_config: Any, directory: Optional["str | Path"] = None, 
     total = directory_bytes(shapes, np.dtype(np_dtype).itemsize)
     return write_checkpoint(root, config_json,
                             random_weights(shapes, np_dtype, seed=seed, std=RANDOM_STD,
-                                           is_norm=is_norm),
+                                           is_norm=is_norm, workers=workers),
                             total_bytes=total, shard_bytes=shard_bytes, progress=progress)
