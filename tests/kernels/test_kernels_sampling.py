@@ -89,6 +89,25 @@ def test_argmax_is_torchs_first_index_on_ties(rng, dtype):
     assert got.numpy().tolist() == want
 
 
+@pytest.mark.parametrize("rows_per_program, columns", [(1, 4), (1, 16), (2, 8), (4, 32)])
+def test_argmax_kernel_keeps_the_first_maximum_of_every_lane(rng, rows_per_program, columns):
+    """The kernel's per-lane running maxima, merged at the end, against numpy's first index:
+    many ties (small integers) within a lane across tiles and across lanes, NaN in a later
+    tile at a smaller lane than an earlier NaN, rows all -inf, and a ragged last tile."""
+    from tilesafe.kernels.sampling import argmax_rows
+    vocab = 5 * columns + 3
+    x = rng.integers(0, 4, (8, vocab)).astype(np.float32)
+    x[1, [columns + 1, 2]] = 9.0                        # a later tile's lower lane loses
+    x[2, [columns + 2, 2 * columns + 1]] = 9.0          # the earlier tile's higher lane wins
+    x[3] = -np.inf                                      # every logit -inf: index 0
+    x[4, [2 * columns + 1, columns + 3]] = np.nan       # the first NaN (later lane) wins
+    x[5, [vocab - 1]] = np.nan                          # a NaN in the ragged last tile
+    x[6, [3, columns + 3, 3 * columns + 3]] = 9.0       # one lane, three tiles: the first
+    z = ts.full((8,), -1, ts.int32).sync()
+    z, _ = argmax_rows(z.partition((rows_per_program,)), on(x), C=columns).sync()
+    assert z.unpartition().numpy().tolist() == np.argmax(x, 1).tolist()
+
+
 def test_argmax_of_short_odd_rows_into_out(rng):
     x = rng.standard_normal((37, 3)).astype(np.float32) - 5.0
     x[5] = [-1.0, -1.0, -1.0]

@@ -2,8 +2,11 @@
 top-p), both ``(rows, vocab) -> (rows,)`` int32 token ids.
 
 ``argmax``: one program per ``rows`` rows (default 1) walks the vocabulary in column tiles,
-keeping a running (max, index) per row: a tile's maximum replaces the running one only if it
-is strictly larger (or the first NaN), so ties give the first index, as ``torch.argmax``.
+keeping per column lane of the tile a running maximum and the tile it came from: a value
+replaces the lane's only if it is strictly larger (or the lane's first NaN), so each lane
+keeps its first maximum, and the loop does no reduction across lanes. At the end the row's
+index is the smallest column among the lanes holding the row's maximum (or a NaN): ties give
+the first index, as ``torch.argmax``.
 
 ``sample`` (exact sampling, no sort of the vocabulary):
 
@@ -53,6 +56,8 @@ LOGIT_DTYPES = ("float16", "bfloat16", "float32")
 MAX_TOP_K = 256
 NEG_INF = float("-inf")
 POS_INF = float("inf")
+#: the largest int32 (no column index is larger)
+LAST_INDEX = 2 ** 31 - 1
 
 
 @kernel
@@ -61,15 +66,17 @@ def argmax_rows(out: tc.MutTensor[tc.i32, ("R",)], logits: tc.Tensor["T", (-1, -
     """The first index of each of R rows' maximum, C columns at a time (see ``argmax``)."""
     i, _, _ = tc.get_tile_block_id()
     tiles = logits.partition((R, C), padding=NEG_INF)
-    best = tc.full((R,), NEG_INF, tc.f32)
-    best_index = tc.zeros((R,), tc.i32)
+    best = tc.full((R, C), NEG_INF, tc.f32)  # per column lane: its first maximum ...
+    best_tile = tc.zeros((R, C), tc.i32)  # ... and the tile it was in
     for j in range(tiles.num_tiles(1)):
         x = tiles.load((i, j)).astype(tc.f32)
-        tile_max = tc.reduce_max(x, 1)
-        better = (tile_max > best) | ((tile_max != tile_max) & (best == best))
-        best_index = tc.where(better, tc.argmax(x, 1) + j * C, best_index)
-        best = tc.where(better, tile_max, best)
-    out.store(best_index)
+        better = (x > best) | ((x != x) & (best == best))
+        best = tc.where(better, x, best)
+        best_tile = tc.where(better, j, best_tile)
+    top = tc.reduce_max(best, 1).reshape((R, 1))  # (NaN if any lane holds one)
+    hit = (best == top) | ((best != best) & (top != top))
+    column = best_tile * C + tc.arange(C).reshape((1, C))
+    out.store(tc.reduce_min(tc.where(hit, column, LAST_INDEX), 1))
 
 
 @function
