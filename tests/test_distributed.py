@@ -18,12 +18,18 @@ import numpy as np
 import pytest
 
 import tilesafe as ts
+import tilesafe.core as tc
 from tilesafe import distributed as D
 
 torch = pytest.importorskip("torch")
 mp = pytest.importorskip("torch.multiprocessing")
 
 WORLD = 2
+
+
+@ts.kernel
+def fill(z: tc.MutTensor[tc.f32, (256,)], value: float):
+    z.store(tc.zeros((256,), tc.f32) + value)
 
 
 def _checks(rank: int) -> None:
@@ -61,6 +67,12 @@ def _checks(rank: int) -> None:
     c = ts.tensor(np.full(2, rank + 1.0, np.float32), device="cpu").sync()
     chained = D.all_reduce(c).then(lambda summed: D.all_reduce(summed, "product"))
     assert chained.sync().numpy().tolist() == [9.0, 9.0]
+    # a launch writing the buffer, then the collective, in one chain with no wait between:
+    # the launch's pending loan is on the chain's stream, where the collective runs after it
+    f = ts.zeros((256,), ts.float32, device="cpu").sync()
+    after = fill(ts.borrow_mut(f).partition((256,)), rank + 1.0).then(
+        lambda _r: D.all_reduce(f))
+    assert after.sync().numpy().tolist() == [3.0] * 256
 
     async def awaited():
         return await D.broadcast(c, src=0)
@@ -208,3 +220,23 @@ def test_a_collective_is_not_recorded_into_a_graph():
     with pytest.raises(ts.ArgumentError, match="no torch.distributed process group"):
         op.sync()  # (still pending until driven: driving it ends its loans)
     assert t.numpy().tolist() == [0.0] * 4
+
+
+def test_a_collective_made_in_a_chain_step_but_driven_on_another_stream_is_checked_again():
+    """Made inside a step of a chain, a collective's loans are valid on the chain's stream
+    only, where the launch before it runs first; driven on another stream it is checked again,
+    and the launch's pending write of its buffer refuses it (before any process group is
+    needed)."""
+    x = ts.zeros((256,), ts.float32, device="cpu").sync()
+    other = ts.Stream("cpu")
+    refused = []
+
+    def step(result):
+        op = D.all_reduce(x)  # lent for the chain's stream
+        with pytest.raises(ts.BorrowError, match="pending launch of 'fill'"):
+            op.sync_on(other)
+        refused.append(True)
+        return result
+
+    fill(ts.borrow_mut(x).partition((256,)), 2.0).then(step).sync()
+    assert refused == [True] and x.numpy().tolist() == [2.0] * 256

@@ -15,9 +15,15 @@ ledger's lock and dropped when the collective returns). Processes are started as
 torch.distributed expects (``torchrun``, or ``init_process_group`` in each process); a process
 group must be initialized before an op is driven.
 
-Today the collectives run on ``cpu`` tensors (the ``gloo`` backend), synchronously inside the
-op. Tensors on a GPU are refused with an ``ArgumentError``: their NCCL path (ordering with
-tilesafe's streams through events, loans held until the stream completes) is not built yet.
+On ``cpu`` tensors (the ``gloo`` backend) a collective runs synchronously inside the op and its
+loans end when it returns. On ``cuda`` tensors (NCCL) it is enqueued in the order of the
+tilesafe stream the op is driven on, never with a device-wide wait: torch.distributed is
+called with that stream as torch's current stream (an ``ExternalStream`` over it), so NCCL
+starts after the work enqueued on it before, and ``work.wait()`` makes the stream wait for the
+collective (the host does not). The loans, and the tensors themselves, are then handed to the
+stream like a launch's: they end when the stream is synchronized, the point where the host
+knows the collective completed. A collective cannot be recorded into a tilesafe graph (it is
+refused there, as any op without graph nodes).
 
 Imports the host layer (tensors), the DeviceOp machinery, the ledger and ``torch`` (on first
 use).
@@ -30,6 +36,7 @@ from typing import Any, Sequence
 from ._callsite import caller_location
 from .deviceops.deviceop import DeviceOp
 from .driver.ledger import LEDGER, release_all, take_loans
+from .driver.stream import current_stream
 from .errors import AliasingError, ArgumentError, Location
 from .host.export import loaned_capsule
 from .host.tensor import Tensor
@@ -128,12 +135,10 @@ def _collective(name: str, reads: Sequence[tuple[str, Tensor]],
         if t.device != device:
             raise ArgumentError(f"{name}: '{label}' is on {t.device}, '{named[0][0]}' on "
                                 f"{device}", where, hint="give a collective tensors of one device")
-    if device.kind != "cpu":
-        raise ArgumentError(
-            f"{name}: the tensors are on {device}; collectives run on cpu tensors only today "
-            "(the gloo backend), their NCCL path is not built yet", where,
-            hint="copy the tensors to the cpu (t.to('cpu')) for the collective, or keep it "
-                 "in torch")
+    if device.kind not in ("cpu", "cuda"):
+        raise ArgumentError(f"{name}: the tensors are on {device}; collectives run on cpu "
+                            "(gloo) and cuda (NCCL) tensors", where,
+                            hint="copy the tensors to a cpu or cuda device first")
     _refuse_overlap(name, named, len(reads), where)
     return _CollectiveOp(name, reads, writes, where, call, result)
 
@@ -144,7 +149,8 @@ class _CollectiveOp(DeviceOp):
     is dropped without being driven. Driven, it runs ``call(torch.distributed, views)`` with
     zero-copy torch views of the reads then the writes (dropped before the loans end)."""
 
-    __slots__ = ("_name", "_tensors", "_call", "_result", "_loans", "_where")
+    __slots__ = ("_name", "_tensors", "_call", "_result", "_loans", "_where", "_borrows",
+                 "_early_stream")
 
     def __init__(self, name: str, reads: Sequence[tuple[str, Tensor]],
                  writes: Sequence[tuple[str, Tensor]], where: Location, call: Any,
@@ -154,42 +160,78 @@ class _CollectiveOp(DeviceOp):
                          f"created at {where}", tensors[0].device)
         self._name, self._tensors, self._call, self._result = name, tensors, call, result
         self._where = where
-        borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it") for _, t in reads]
-                   + [(t._alloc.loans, *t.span(), True, f"{name} writing it")
-                      for _, t in writes])
+        self._borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it")
+                          for _, t in reads]
+                         + [(t._alloc.loans, *t.span(), True, f"{name} writing it")
+                            for _, t in writes])
+        # Inside a running pipeline (a .then step), work already enqueued on its stream does
+        # not block the collective, which runs after it there; the loans are then valid for
+        # that stream only (_perform takes them again for another), as a launch's are.
+        self._early_stream = current_stream()
         with LEDGER:
             for _, t in reads:
-                t._check_access(f"send it ({name})", write=False)
+                t._check_access(f"send it ({name})", write=False, in_pipeline=True)
             for _, t in writes:
-                t._check_access(f"receive into it ({name})", write=True)
-            self._loans = take_loans(borrows, f"the pending {name} created at {where}", where,
-                                     None)
+                t._check_access(f"receive into it ({name})", write=True, in_pipeline=True)
+            self._loans = self._take(self._early_stream)
+
+    def _take(self, stream: Any) -> list:
+        return take_loans(self._borrows, f"the pending {self._name} created at {self._where}",
+                          self._where, stream)
 
     def _perform(self, stream: Any) -> Tensor:
-        deferred = False
+        on_gpu = self._tensors[0].device.kind == "cuda"
+        enqueued = False  # (then the loans end with the stream's work, not here)
+        if self._early_stream not in (None, stream):
+            # lent for another pipeline's stream: checked again for the one it runs on
+            release_all(self._loans)
+            self._loans = []
+            with LEDGER:
+                self._loans = self._take(stream)
         try:
             import torch
             dist = _initialized(self._name, self._where)
             _refuse_coalescing(dist, self._name, self._where)
             views = [torch.from_dlpack(loaned_capsule(t)) for t in self._tensors]
             try:
-                work = self._call(dist, views)
-                if work is None or type(work).__name__ == "_IllegalWork":
-                    # queued to run later (a coalescing context opened behind the check): it
-                    # will touch the buffers after this op returns, so they stay borrowed
-                    deferred = True
-                    raise ArgumentError(
-                        f"{self._name}: torch.distributed queued the collective to run later "
-                        "instead of running it; its buffers stay borrowed for good",
-                        self._where, hint="do not drive tilesafe collectives inside "
-                        "torch.distributed's coalescing contexts")
-                work.wait()  # (complete: nothing touches the buffers after this)
+                if on_gpu:
+                    ours = torch.cuda.ExternalStream(stream.native_address,
+                                                     device=views[0].device)
+                    with torch.cuda.stream(ours):
+                        work = self._hand_to_torch(dist, views)
+                        enqueued = True
+                        work.wait()  # (the stream waits for NCCL's; the host does not)
+                else:
+                    work = self._hand_to_torch(dist, views)
+                    work.wait()  # (complete: nothing touches the buffers after this)
             finally:
                 del views[:]  # (no view of ours outlives the loans)
-        finally:
-            if not deferred:
+        except _Deferred as deferred:
+            raise deferred.error from None  # (queued to run later: the loans stay, for good)
+        except BaseException:
+            if enqueued:  # (NCCL may still touch the buffers: they go with the stream's work)
+                stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
+            else:
                 release_all(self._loans)
+            raise
+        if on_gpu:
+            stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
+        else:
+            release_all(self._loans)
         return self._result
+
+    def _hand_to_torch(self, dist: Any, views: list) -> Any:
+        """The collective handed to torch.distributed, which returns its work object; one
+        queued to run later (a coalescing context opened behind the check) would touch the
+        buffers after this op returns, so its loans are kept for good and it is refused."""
+        work = self._call(dist, views)
+        if work is None or type(work).__name__ == "_IllegalWork":
+            raise _Deferred(ArgumentError(
+                f"{self._name}: torch.distributed queued the collective to run later instead "
+                "of running it; its buffers stay borrowed for good", self._where,
+                hint="do not drive tilesafe collectives inside torch.distributed's coalescing "
+                     "contexts"))
+        return work
 
     def _consume(self, how: str) -> None:
         super()._consume(how)
@@ -204,6 +246,27 @@ class _CollectiveOp(DeviceOp):
         loans = getattr(self, "_loans", None)
         if loans and self._driven_at is None:
             release_all(loans)
+
+
+class _Deferred(Exception):
+    """A collective torch.distributed only queued: ``error`` is what the caller gets."""
+
+    def __init__(self, error: ArgumentError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Holding:
+    """Keeps a GPU collective's tensors alive until its stream is synchronized (handed to the
+    stream as what the work borrowed besides its loans)."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, tensors: list):
+        self.tensors = tensors
+
+    def _spend(self, why: str, where: Any) -> None:
+        self.tensors = []
 
 
 def _check_tensor(name: str, label: str, t: Any, where: Location) -> None:
