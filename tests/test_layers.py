@@ -52,7 +52,7 @@ ALLOWED = {
     "kernels": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
                 "launch", "pipeline", "kernel", "autotune", "kernels"},
     "models": {"base", "compiler", "language", "driver", "backends", "deviceops", "host",
-               "launch", "pipeline", "kernel", "autotune", "kernels", "models"},
+               "launch", "pipeline", "kernel", "autotune", "kernels", "models", "distributed"},
     "top": {"base", "compiler", "language", "driver", "backends", "deviceops", "host", "launch",
             "pipeline", "kernel", "autotune", "kernels", "models", "distributed", "top"},
 }

@@ -57,6 +57,10 @@ def add_parser(sub: Any) -> None:
                    help="compare the greedy tokens of each sequence with transformers' "
                    "(needs torch and transformers; greedy only)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--tp", type=int, default=1,
+                   help="split the model over this many ranks (tensor parallel), one process "
+                   "each: start them with torchrun --nproc-per-node N (cuda:LOCAL_RANK and "
+                   "NCCL, or the cpu and gloo with --device cpu); rank 0 reports")
     p.set_defaults(fn=run)
 
 
@@ -66,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     except (TilesafeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        _leave_ranks(args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -77,10 +83,13 @@ def _run(args: argparse.Namespace) -> int:
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.sample_seed)
     if args.prompt_tokens < 1 or args.tokens < 1:
         raise ArgumentError("--prompt-tokens and --tokens must be at least 1")
-    progress = not args.quiet
+    rank = _join_ranks(args)
+    progress = not args.quiet and rank == 0
     directory = args.model
     if args.random:
-        directory = write_random(args.random, dtype=args.dtype, progress=progress)
+        if rank == 0:  # (one writer; the other ranks wait for it)
+            directory = write_random(args.random, dtype=args.dtype, progress=progress)
+        directory = _from_rank_0(args, directory)
     config = Qwen3Config.from_dir(directory)
     tokenizer = _tokenizer(directory) if args.prompt is not None else None
     if tokenizer is not None:
@@ -96,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     engine = Qwen3Engine(directory, device=args.device, dtype=args.dtype,
                          max_seq=args.prompt_tokens + args.tokens, batch=args.batch,
-                         progress=progress)
+                         progress=progress, tensor_parallel=args.tp)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
     tokens = [[t] for t in engine.begin(prompts, sampling)]
@@ -111,8 +120,11 @@ def _run(args: argparse.Namespace) -> int:
             bar.update(n)
     decode_seconds = time.perf_counter() - started
     rate = (args.tokens - 1) / decode_seconds if args.tokens > 1 else float("nan")
+    if rank != 0:
+        return 0
+    split = f", split over {args.tp} ranks" if args.tp > 1 else ""
     print(f"model      {directory} ({config.parameter_count() / 1e9:.2f}B parameters, "
-          f"{args.dtype}, device {engine.device_name})")
+          f"{args.dtype}, device {engine.device_name}{split})")
     print(f"loading    {loaded:.2f} s (weights and first use)")
     how = "greedy" if sampling.greedy else (f"sampled: temperature {sampling.temperature}, "
                                             f"top-k {sampling.top_k}, top-p {sampling.top_p}")
@@ -131,6 +143,57 @@ def _run(args: argparse.Namespace) -> int:
         print(f"check      greedy tokens {'match' if same else 'DIFFER from'} transformers'")
         return 0 if same else 1
     return 0
+
+
+def _join_ranks(args: argparse.Namespace) -> int:
+    """With ``--tp N`` above 1, this process's rank in torchrun's process group of N (joined
+    here: NCCL for cuda devices, this rank's ``cuda:LOCAL_RANK`` unless ``--device`` names
+    one; gloo for ``--device cpu``); else 0."""
+    import os
+    if args.tp < 1:
+        raise ArgumentError(f"--tp {args.tp}: give the number of ranks, at least 1")
+    if args.tp == 1:
+        return 0
+    world = os.environ.get("WORLD_SIZE")
+    if world != str(args.tp):
+        raise ArgumentError(f"--tp {args.tp} needs {args.tp} processes started by torchrun "
+                            f"(WORLD_SIZE is {world})",
+                            hint=f"torchrun --nproc-per-node {args.tp} -m tilesafe generate ...")
+    import torch.distributed as dist
+    on_cpu = args.device == "cpu"
+    if args.device is None and not on_cpu:
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    if not on_cpu:
+        import torch
+        torch.cuda.set_device(torch.device(args.device))  # (NCCL's device for this rank)
+    if not dist.is_initialized():
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # (NVLink multicast stays off)
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        dist.init_process_group("gloo" if on_cpu else "nccl")
+    return dist.get_rank()
+
+
+def _leave_ranks(args: argparse.Namespace) -> None:
+    """With ``--tp``: wait for every rank (rank 0 reports last), then leave the group (a
+    process that exits while still in it can abort its peers)."""
+    if getattr(args, "tp", 1) == 1:
+        return
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+
+
+def _from_rank_0(args: argparse.Namespace, directory: Any) -> Any:
+    """Rank 0's ``directory``, once it is written (every rank waits for it)."""
+    if args.tp == 1:
+        return directory
+    import torch.distributed as dist
+    box = [str(directory) if directory is not None else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _memory(engine: Qwen3Engine) -> int:
@@ -163,6 +226,8 @@ def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace
     over the device-to-device copy rate measured now."""
     if not engine.device_name.startswith("cuda") or not rate == rate:
         return "n/a (measured on a GPU only)"
+    if engine.ranks > 1:
+        return "n/a (one GPU's roofline; the ranks' bytes are not modelled)"
     per_step = bytes_per_step(config, args.prompt_tokens + args.tokens / 2, args.batch)
     copy = _copy_rate(engine.device_name)
     ideal = copy / per_step

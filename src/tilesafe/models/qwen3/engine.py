@@ -19,6 +19,15 @@ The prefill drives each launch in turn (``.sync()``); the decode step is recorde
 the tokens, positions, cache slots, lengths and the random stream are device tensors,
 advanced by the step's last kernels) and replayed per token.
 
+Tensor parallelism (``tensor_parallel=N``, one process per rank of an initialized
+``torch.distributed`` group of N): each rank holds ``1/N`` of the query and key/value heads
+(their q/k/v rows, the o projection's columns, their cache) and of the MLP's intermediate
+rows (gate/up rows, down columns); embeddings, norms and the LM head are whole on every rank.
+The o and down projections' partial products are summed by an ``all_reduce``
+(``tilesafe.distributed``: one per projection, two per layer), so every rank holds the same
+residual stream and logits and chooses the same tokens. A collective cannot be recorded
+into a graph: the decode step is then graphs between the collectives, replayed in turn.
+
 Imports the host API, the kernel library and the model's config and checkpoint modules."""
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ import numpy as np
 
 import tilesafe.core as tc
 
+from ... import distributed as collectives
 from ... import kernels as K
+from ...deviceops.deviceop import DeviceOp
 from ...deviceops.graph import CudaGraph
 from ...driver.device import as_device
 from ...dtypes import DType, as_dtype, bfloat16, float32, int32, int64
@@ -66,6 +77,25 @@ def _load_plan(config: Qwen3Config) -> list[tuple[str, list[str]]]:
         if not any(within in parts for parts in FUSED.values()):
             plan.append((name, [name]))
     return plan
+
+
+#: checkpoint weights split by rows (output features) or columns (input features) across the
+#: ranks of a tensor-parallel engine, within a layer
+ROW_PARALLEL = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                "mlp.gate_proj.weight", "mlp.up_proj.weight")
+COLUMN_PARALLEL = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+
+
+def _rank_part(name: str, array: np.ndarray, rank: int, ranks: int) -> np.ndarray:
+    """Rank ``rank``'s part of checkpoint weight ``name``: a block of rows or columns, or the
+    whole weight (embeddings, norms, the LM head)."""
+    within = name.partition("layers.")[2].partition(".")[2]
+    if ranks == 1 or within not in ROW_PARALLEL + COLUMN_PARALLEL:
+        return array
+    axis = 0 if within in ROW_PARALLEL else 1
+    block = array.shape[axis] // ranks
+    return array[rank * block:(rank + 1) * block] if axis == 0 else \
+        array[:, rank * block:(rank + 1) * block]
 
 
 #: the most sequences one engine decodes together
@@ -108,12 +138,21 @@ class Qwen3Engine:
         batch: sequences decoded together (1 to :data:`MAX_BATCH`): each has its own cache
             rows, length and prompt; one replay of the decode step advances all of them.
         progress: show a progress bar while the weights load.
+        tensor_parallel: the ranks the model is split over (module docstring); above 1, this
+            process is rank ``torch.distributed.get_rank(group)`` of an initialized process
+            group of that size, and every rank makes the engine and calls it the same way.
+        group: the ``torch.distributed`` process group of the ranks (default: the world).
     """
 
     def __init__(self, directory: "str | Path", *, device: Any = None,
                  dtype: "DType | str" = bfloat16, max_seq: int = 4096, batch: int = 1,
-                 progress: bool = False):
+                 progress: bool = False, tensor_parallel: int = 1, group: Any = None):
         self.config = config = Qwen3Config.from_dir(directory)
+        self.ranks, self.rank, self.group = _tensor_parallel(config, tensor_parallel, group)
+        #: this rank's query heads, key/value heads and MLP intermediate rows
+        self.heads = config.num_attention_heads // self.ranks
+        self.kv_heads = config.num_key_value_heads // self.ranks
+        self.intermediate = config.intermediate_size // self.ranks
         self.dtype = as_dtype(dtype)
         if self.dtype.name not in ("bfloat16", "float16"):
             raise ArgumentError(f"Qwen3Engine: dtype {self.dtype.name} is not supported "
@@ -134,7 +173,8 @@ class Qwen3Engine:
         self.weights = {}
         for name, sources in tqdm(_load_plan(config), desc="loading", unit="weight",
                                   disable=not progress, dynamic_ncols=True):
-            arrays = [checkpoint.get(source) for source in sources]
+            arrays = [_rank_part(source, checkpoint.get(source), self.rank, self.ranks)
+                      for source in sources]
             self.weights[name] = self._upload(arrays[0] if len(arrays) == 1
                                               else np.concatenate(arrays, axis=0))
         if config.tie_word_embeddings:
@@ -144,7 +184,7 @@ class Qwen3Engine:
         # token-major caches: a token's key (value) heads are one row of slot
         # ``b * max_seq + position``, written by one rank-1 indexed partition; the attention
         # kernels read them through head-major views (``_heads_view``)
-        kv = (batch, self.max_seq, config.num_key_value_heads, config.head_dim)
+        kv = (batch, self.max_seq, self.kv_heads, config.head_dim)
         self.cache = [(empty(kv, self.dtype, device=device).sync(),
                        empty(kv, self.dtype, device=device).sync())
                       for _ in range(config.num_hidden_layers)]
@@ -201,7 +241,7 @@ class Qwen3Engine:
         self._room(1)
         step = self._decode_step(GREEDY)
         step.start(self, ids)
-        step.graph.replay()
+        step.launch().sync()
         self.lengths = [n + 1 for n in self.lengths]
         self.draws += 1
         step.at = (tuple(self.lengths), self.draws)
@@ -290,9 +330,9 @@ class Qwen3Engine:
         left = steps - 1
         while left > 0:
             n = min(chunk, left)
-            op = step.graph.launch()
+            op = step.launch()
             for _ in range(n - 1):
-                op = op.then(lambda _result: step.graph.launch())
+                op = op.then(lambda _result: step.launch())
             op.sync()
             left -= n
         kept = step.tokens.numpy().reshape(self.batch, self.max_seq)
@@ -306,7 +346,7 @@ class Qwen3Engine:
     def _forward(self, ids: list[int], sequence: int, all_positions: bool) -> np.ndarray:
         c, w = self.config, self.weights
         t, start = len(ids), self.lengths[sequence]
-        hq, hkv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        hq, hkv, d = self.heads, self.kv_heads, c.head_dim
         device = self.device
         ids_t = tensor(np.asarray(ids, np.int32), device=device).sync()
         positions = arange(start, start + t, dtype=int32, device=device).sync()
@@ -330,20 +370,59 @@ class Qwen3Engine:
             values = _heads_view(cache_v[sequence:sequence + 1, :start + t])
             K.flash_attention(_heads_first(q), keys, values, causal=True,
                               out=_heads_first(attended)).sync()
-            o = K.matmul(attended.reshape(t, hq * d), w[at + "self_attn.o_proj.weight"]).sync()
+            o = self._summed(K.matmul(attended.reshape(t, hq * d),
+                                      w[at + "self_attn.o_proj.weight"]).sync())
             h, x = K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                   eps=c.rms_norm_eps).sync()
             gate_up = w[at + "mlp.gate_up_proj.weight"]  # (two row views: two GEMMs)
-            gate = K.matmul(h, gate_up[:c.intermediate_size]).sync()
-            up = K.matmul(h, gate_up[c.intermediate_size:]).sync()
+            gate = K.matmul(h, gate_up[:self.intermediate]).sync()
+            up = K.matmul(h, gate_up[self.intermediate:]).sync()
             act = K.silu_mul(gate, up).sync()
-            mlp = K.matmul(act, w[at + "mlp.down_proj.weight"]).sync()
+            mlp = self._summed(K.matmul(act, w[at + "mlp.down_proj.weight"]).sync())
             following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                          if layer + 1 < c.num_hidden_layers else "model.norm.weight")
             h, x = K.add_rms_norm(mlp, x, w[following], eps=c.rms_norm_eps).sync()
         logits = K.matmul(h if all_positions else h[t - 1:], w["lm_head.weight"]).sync()
         self.lengths[sequence] = start + t
         return logits.numpy().astype(np.float32)
+
+    def _summed(self, partial: Any) -> Any:
+        """A row-parallel projection's output: this rank's partial product summed over the
+        ranks (unchanged on one)."""
+        if self.ranks == 1:
+            return partial
+        return collectives.all_reduce(partial, group=self.group).sync()
+
+
+def _tensor_parallel(config: Qwen3Config, ranks: Any, group: Any) -> tuple[int, int, Any]:
+    """``(ranks, this rank, group)`` of a tensor-parallel engine, checked."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ArgumentError(f"Qwen3Engine: tensor_parallel={ranks!r} must be an int >= 1")
+    if ranks == 1:
+        return 1, 0, None
+    for what, count in (("query heads", config.num_attention_heads),
+                        ("key/value heads", config.num_key_value_heads),
+                        ("intermediate rows", config.intermediate_size)):
+        if count % ranks:
+            raise ArgumentError(f"Qwen3Engine: tensor_parallel={ranks} does not divide the "
+                                f"model's {count} {what}",
+                                hint="use a number of ranks that divides the heads, the "
+                                     "key/value heads and the MLP's intermediate size")
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise ArgumentError("Qwen3Engine: tensor_parallel needs torch (torch.distributed)",
+                            hint="pip install torch") from None
+    if not dist.is_available() or not dist.is_initialized():
+        raise ArgumentError("Qwen3Engine: tensor_parallel > 1 needs an initialized "
+                            "torch.distributed process group",
+                            hint="start one process per rank with torchrun, or call "
+                                 "torch.distributed.init_process_group first")
+    size = dist.get_world_size(group)
+    if size != ranks:
+        raise ArgumentError(f"Qwen3Engine: tensor_parallel={ranks}, but the process group has "
+                            f"{size} ranks", hint="make them equal (torchrun --nproc-per-node)")
+    return ranks, dist.get_rank(group), group
 
 
 @kernel
@@ -377,8 +456,8 @@ class _DecodeStep:
 
     def __init__(self, engine: "Qwen3Engine", sampling: Sampling):
         c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
-        hq, hkv, d, hid = (c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                           c.hidden_size)
+        hq, hkv, d, hid = engine.heads, engine.kv_heads, c.head_dim, c.hidden_size
+        inter = engine.intermediate
         n = engine.batch
         self.batch = n
 
@@ -403,10 +482,10 @@ class _DecodeStep:
             q, k, v = q3.reshape(n * hq, d), k3.reshape(n * hkv, d), v3.reshape(n, hkv, d)
         qn, kn = buffer(n * hq, d), buffer(n * hkv, d)
         attended = buffer(n, hq, d)
-        gate_up, act = buffer(n, 2 * c.intermediate_size), buffer(n, c.intermediate_size)
+        gate_up, act = buffer(n, 2 * inter), buffer(n, inter)
         self.logits = buffer(n, c.vocab_size)
         shapes = {((hq + 2 * hkv) * d, hid), (hq * d, hid), (hkv * d, hid), (hid, hq * d),
-                  (2 * c.intermediate_size, hid), (hid, c.intermediate_size),
+                  (2 * inter, hid), (hid, inter),
                   (c.vocab_size, hid)}
         size = max(workspace_size(n, cols, rows, dt.itemsize) for cols, rows in shapes)
         mm_work = buffer(max(1, size), dtype=float32)
@@ -416,53 +495,67 @@ class _DecodeStep:
 
         def mm(a, weight, out):
             return K.matmul(a, weight, out=out, workspace=mm_work)
-        with CudaGraph.scope() as graph:
-            graph.record(K.embedding(self.token, w["model.embed_tokens.weight"], out=x))
-            graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps,
-                                    out=h))
-            for layer in range(c.num_hidden_layers):
-                at = f"model.layers.{layer}."
-                cache_k, cache_v = engine.cache[layer]
-                stacked = w[at + "self_attn.qkv_proj.weight"]
-                if n == 1:
-                    graph.record(mm(h, stacked, qkv))
-                else:
-                    graph.record(mm(h, stacked[:hq * d], q3))
-                    graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k3))
-                    graph.record(mm(h, stacked[(hq + hkv) * d:], v3))
-                graph.record(K.rope(q.reshape(n, hq, d), k.reshape(n, hkv, d),
-                                    engine.rope_table, self.position,
-                                    q_out=qn.reshape(n, hq, d), k_out=kn.reshape(n, hkv, d),
-                                    q_norm=w[at + "self_attn.q_norm.weight"],
-                                    k_norm=w[at + "self_attn.k_norm.weight"], eps=eps))
-                graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(n, hkv, d), v,
-                                               self.slot, layout="nhd"))
-                graph.record(K.decode_attention(qn.reshape(n, hq, d), _heads_view(cache_k),
-                                                _heads_view(cache_v), self.length,
-                                                out=attended, workspace=attn_work))
-                graph.record(mm(attended.reshape(n, hq * d), w[at + "self_attn.o_proj.weight"],
-                                o))
-                graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
-                                            eps=eps, out=h))
-                graph.record(mm(h, w[at + "mlp.gate_up_proj.weight"], gate_up))
-                graph.record(K.silu_mul_matmul(gate_up, w[at + "mlp.down_proj.weight"],
-                                               activations=act, out=mlp, workspace=mm_work))
-                following = (f"model.layers.{layer + 1}.input_layernorm.weight"
-                             if layer + 1 < c.num_hidden_layers else "model.norm.weight")
-                graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
-            graph.record(mm(h, w["lm_head.weight"], self.logits))
-            if sampling.greedy:  # the next step's input
-                graph.record(K.argmax(self.logits, out=self.token))
+        graph = _Recorder(engine)
+        graph.record(K.embedding(self.token, w["model.embed_tokens.weight"], out=x))
+        graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps,
+                                out=h))
+        for layer in range(c.num_hidden_layers):
+            at = f"model.layers.{layer}."
+            cache_k, cache_v = engine.cache[layer]
+            stacked = w[at + "self_attn.qkv_proj.weight"]
+            if n == 1:
+                graph.record(mm(h, stacked, qkv))
             else:
-                graph.record(K.sample(self.logits, temperature=sampling.temperature,
-                                      top_k=sampling.top_k, top_p=sampling.top_p,
-                                      seed=sampling.seed, offset=self.offset, out=self.token))
-                graph.record(_advance_draws(_borrowed(self.offset), n))
-            graph.record(_keep_tokens(borrow_mut(self.tokens).partition(1, at=self.slot),
-                                      self.token))
-            graph.record(_advance(_borrowed(self.position), _borrowed(self.slot),
-                                  _borrowed(self.length)))
-        self.graph = graph
+                graph.record(mm(h, stacked[:hq * d], q3))
+                graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k3))
+                graph.record(mm(h, stacked[(hq + hkv) * d:], v3))
+            graph.record(K.rope(q.reshape(n, hq, d), k.reshape(n, hkv, d),
+                                engine.rope_table, self.position,
+                                q_out=qn.reshape(n, hq, d), k_out=kn.reshape(n, hkv, d),
+                                q_norm=w[at + "self_attn.q_norm.weight"],
+                                k_norm=w[at + "self_attn.k_norm.weight"], eps=eps))
+            graph.record(K.kv_cache_update(cache_k, cache_v, kn.reshape(n, hkv, d), v,
+                                           self.slot, layout="nhd"))
+            graph.record(K.decode_attention(qn.reshape(n, hq, d), _heads_view(cache_k),
+                                            _heads_view(cache_v), self.length,
+                                            out=attended, workspace=attn_work))
+            graph.record(mm(attended.reshape(n, hq * d), w[at + "self_attn.o_proj.weight"],
+                            o))
+            graph.sum_over_ranks(o)
+            graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
+                                        eps=eps, out=h))
+            graph.record(mm(h, w[at + "mlp.gate_up_proj.weight"], gate_up))
+            graph.record(K.silu_mul_matmul(gate_up, w[at + "mlp.down_proj.weight"],
+                                           activations=act, out=mlp, workspace=mm_work))
+            graph.sum_over_ranks(mlp)
+            following = (f"model.layers.{layer + 1}.input_layernorm.weight"
+                         if layer + 1 < c.num_hidden_layers else "model.norm.weight")
+            graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
+        graph.record(mm(h, w["lm_head.weight"], self.logits))
+        if sampling.greedy:  # the next step's input
+            graph.record(K.argmax(self.logits, out=self.token))
+        else:
+            graph.record(K.sample(self.logits, temperature=sampling.temperature,
+                                  top_k=sampling.top_k, top_p=sampling.top_p,
+                                  seed=sampling.seed, offset=self.offset, out=self.token))
+            graph.record(_advance_draws(_borrowed(self.offset), n))
+        graph.record(_keep_tokens(borrow_mut(self.tokens).partition(1, at=self.slot),
+                                  self.token))
+        graph.record(_advance(_borrowed(self.position), _borrowed(self.slot),
+                              _borrowed(self.length)))
+        #: the step's work: graphs, and between them (tensor parallel) collectives to make
+        self.parts = graph.close()
+        #: the recorded step's one graph (None when collectives split it)
+        self.graph = self.parts[0] if len(self.parts) == 1 else None
+
+    def launch(self) -> DeviceOp:
+        """One replay of the step, not yet run: its graph launched, or its graphs and
+        collectives in turn (one chain, one stream)."""
+        first, *rest = self.parts
+        op = _started(first)
+        for part in rest:
+            op = op.then(lambda _result, part=part: _started(part))
+        return op
 
     def start(self, engine: "Qwen3Engine", tokens: list[int]) -> None:
         """Set the step's inputs: ``tokens`` at each sequence's next position (its length),
@@ -479,6 +572,48 @@ class _DecodeStep:
         for target, values in inputs:
             target.copy_(tensor(values, device=dev).sync()).sync()
         self.at = None  # (until the replays that follow succeed: the caller sets it)
+
+
+class _Recorder:
+    """Records a decode step: ops into a graph, and at each sum over the ranks (tensor
+    parallel) the graph so far is closed and an ``all_reduce`` made at each replay follows."""
+
+    def __init__(self, engine: "Qwen3Engine"):
+        self.engine = engine
+        self.parts: list = []
+        self._graph: Any = None  # (the graph being recorded: its ``with`` block entered)
+
+    def record(self, op: DeviceOp) -> None:
+        if self._graph is None:
+            self._graph = CudaGraph.scope().__enter__()
+        try:
+            self._graph.record(op)
+        except BaseException as err:
+            self._graph.__exit__(type(err), err, err.__traceback__)
+            self._graph = None
+            raise
+
+    def sum_over_ranks(self, partial: Any) -> None:
+        if self.engine.ranks == 1:
+            return
+        self._end_graph()
+        group = self.engine.group
+        self.parts.append(lambda: collectives.all_reduce(partial, group=group))
+
+    def _end_graph(self) -> None:
+        if self._graph is not None:
+            self._graph.__exit__(None, None, None)
+            self.parts.append(self._graph)
+            self._graph = None
+
+    def close(self) -> list:
+        self._end_graph()
+        return self.parts
+
+
+def _started(part: Any) -> DeviceOp:
+    """A recorded graph's launch, or a collective made now (a DeviceOp runs once)."""
+    return part.launch() if isinstance(part, CudaGraph) else part()
 
 
 def _borrowed(t: Any) -> Any:
