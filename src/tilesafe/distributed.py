@@ -195,9 +195,7 @@ class _CollectiveOp(DeviceOp):
             views = [torch.from_dlpack(loaned_capsule(t)) for t in self._tensors]
             try:
                 if on_gpu:
-                    ours = torch.cuda.ExternalStream(stream.native_address,
-                                                     device=views[0].device)
-                    with torch.cuda.stream(ours):
+                    with torch.cuda.stream(_torch_stream(torch, stream, views[0].device)):
                         work = self._hand_to_torch(dist, views)
                         enqueued = True
                         work.wait()  # (the stream waits for NCCL's; the host does not)
@@ -210,15 +208,22 @@ class _CollectiveOp(DeviceOp):
             raise deferred.error from None  # (queued to run later: the loans stay, for good)
         except BaseException:
             if enqueued:  # (NCCL may still touch the buffers: they go with the stream's work)
-                stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
+                self._hand_to_stream(stream)
             else:
                 release_all(self._loans)
             raise
         if on_gpu:
-            stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
+            self._hand_to_stream(stream)
         else:
             release_all(self._loans)
         return self._result
+
+    def _hand_to_stream(self, stream: Any) -> None:
+        """The loans end, and the tensors are let go, when ``stream`` is synchronized; until
+        then they are the stream's (later work on it may use the buffers), as a launch's."""
+        for loan in self._loans:
+            loan.stream = stream
+        stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
 
     def _hand_to_torch(self, dist: Any, views: list) -> Any:
         """The collective handed to torch.distributed, which returns its work object; one
@@ -246,6 +251,20 @@ class _CollectiveOp(DeviceOp):
         loans = getattr(self, "_loans", None)
         if loans and self._driven_at is None:
             release_all(loans)
+
+
+#: torch's wrapper of each tilesafe stream collectives ran on, by driver handle (made once: a
+#: wrapper is only the handle, so a handle reused by a later stream is still wrapped right)
+_TORCH_STREAMS: dict = {}
+
+
+def _torch_stream(torch: Any, stream: Any, device: Any) -> Any:
+    """``stream`` as a ``torch.cuda.ExternalStream`` (torch's current stream for the call)."""
+    address = stream.native_address
+    wrapped = _TORCH_STREAMS.get(address)
+    if wrapped is None:
+        wrapped = _TORCH_STREAMS[address] = torch.cuda.ExternalStream(address, device=device)
+    return wrapped
 
 
 class _Deferred(Exception):

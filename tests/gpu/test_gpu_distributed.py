@@ -94,3 +94,14 @@ def test_loans_last_until_the_stream_is_synchronized(nccl):
         x.numpy()  # created, not run: borrowed
     del pending  # dropped without being driven: its loan goes back
     assert x.numpy().tolist() == [1.0] * 1024
+
+
+def test_collectives_chain_on_one_stream_without_waits(nccl):
+    """An op made outside any chain, then ops made in its steps: once it runs, its loans are
+    its stream's, so the next collective on that stream is not refused by them."""
+    t = ts.ones((1 << 16,), ts.bfloat16, device=GPU).sync()
+    op = D.all_reduce(t)
+    for _ in range(4):
+        op = op.then(lambda r: D.all_reduce(r))
+    assert op.sync() is t
+    assert t.numpy().astype(np.float32).tolist() == [1.0] * (1 << 16)
