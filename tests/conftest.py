@@ -80,3 +80,29 @@ def pytest_collection_modifyitems(config, items):
         if marker is not None and on_gpu:
             why = marker.args[0] if marker.args else "interpreter semantics"
             item.add_marker(pytest.mark.skip(reason=f"interpreter only: {why}"))
+
+
+@pytest.fixture
+def run_ranks():
+    """``run(target, args, ranks, timeout)``: ``target(rank, *args, queue)`` in one spawned
+    process per rank (torch.multiprocessing; the processes of a torch.distributed test);
+    returns what they put in ``queue`` and their exit codes, once each has exited (or been
+    killed after ``timeout`` seconds)."""
+    def run(target, args, ranks, timeout=300):
+        mp = pytest.importorskip("torch.multiprocessing")
+        context = mp.get_context("spawn")
+        queue = context.SimpleQueue()
+        procs = [context.Process(target=target, args=(rank, *args, queue))
+                 for rank in range(ranks)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=timeout)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        items = []
+        while not queue.empty():
+            items.append(queue.get())
+        return items, [p.exitcode for p in procs]
+    return run

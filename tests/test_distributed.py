@@ -22,7 +22,6 @@ import tilesafe.core as tc
 from tilesafe import distributed as D
 
 torch = pytest.importorskip("torch")
-mp = pytest.importorskip("torch.multiprocessing")
 
 WORLD = 2
 
@@ -161,23 +160,10 @@ def _worker(rank: int, init_file: str, failures) -> None:
         raise
 
 
-def test_collectives_and_their_borrows_across_two_processes(tmp_path):
-    context = mp.get_context("spawn")
-    failures = context.SimpleQueue()
-    procs = [context.Process(target=_worker, args=(rank, str(tmp_path / "init"), failures))
-             for rank in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=240)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    errors = []
-    while not failures.empty():
-        errors.append(failures.get())
+def test_collectives_and_their_borrows_across_two_processes(tmp_path, run_ranks):
+    errors, exits = run_ranks(_worker, (str(tmp_path / "init"),), WORLD, timeout=240)
     assert not errors, "\n".join(errors)
-    assert [p.exitcode for p in procs] == [0] * WORLD
+    assert exits == [0] * WORLD
 
 
 # -- in this process: argument errors (no process group needed) -------------------------------

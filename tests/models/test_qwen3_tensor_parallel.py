@@ -19,7 +19,6 @@ from tilesafe.models.qwen3.engine import Qwen3Engine
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-mp = pytest.importorskip("torch.multiprocessing")
 
 SPLIT = Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=64)
@@ -61,24 +60,13 @@ def checkpoint(tmp_path_factory):
                         progress=False)
 
 
-def test_two_ranks_compute_what_one_process_does(checkpoint, tmp_path):
-    context = mp.get_context("spawn")
-    results = context.SimpleQueue()
-    procs = [context.Process(target=_rank, args=(r, str(checkpoint), str(tmp_path / "init"),
-                                                 results)) for r in range(RANKS)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
+def test_two_ranks_compute_what_one_process_does(checkpoint, tmp_path, run_ranks):
+    results, exits = run_ranks(_rank, (str(checkpoint), str(tmp_path / "init")), RANKS)
     got = {}
-    while not results.empty():
-        rank, value = results.get()
+    for rank, value in results:
         assert not isinstance(value, str), f"rank {rank}:\n{value}"
         got[rank] = value
-    assert sorted(got) == [0, 1] and [p.exitcode for p in procs] == [0, 0]
+    assert sorted(got) == [0, 1] and exits == [0, 0]
     (logits, tokens, after), (logits1, tokens1, after1) = got[0], got[1]
     # the ranks hold the same sums: the same logits, bit for bit, and the same tokens
     assert np.array_equal(logits, logits1) and tokens == tokens1 and np.array_equal(after,
