@@ -46,9 +46,9 @@ def main(argv: Optional[list] = None) -> int:
     step = qwen3._DecodeStep(engine, qwen3.GREEDY)
 
     def replays(count: int) -> None:
-        op = step.graph.launch()
+        op = step.launch()
         for _ in range(count - 1):
-            op = op.then(lambda _result: step.graph.launch())
+            op = op.then(lambda _result: step.launch())
         op.sync()
 
     engine.lengths = [len(prompt) + 8]

@@ -105,6 +105,42 @@ def _checks(rank: int) -> None:
         time.sleep(1.5)
         pending.sync()
     assert x.numpy().tolist() == [2.0] * 8  # usable again once complete
+    # made in a chain step, a collective's loans exempt later work on the chain's stream; but
+    # while it runs, work another thread puts on that stream would not run after it: refused
+    lane = ts.Stream("cpu")
+    g = ts.zeros((256,), ts.float32, device="cpu").sync()
+    if rank == 0:
+        refused: list = []
+
+        def same_stream_writer() -> None:  # while the chain's all_reduce waits for rank 1
+            time.sleep(0.5)
+            try:
+                ts.value(None).then(lambda _r: fill(ts.borrow_mut(g).partition((256,)),
+                                                    100.0)).sync_on(lane)
+                refused.append("wrote")
+            except ts.BorrowError as err:
+                refused.append(str(err))
+        thread = threading.Thread(target=same_stream_writer)
+        thread.start()
+        fill(ts.borrow_mut(g).partition((256,)), 1.0).then(
+            lambda _r: D.all_reduce(g)).sync_on(lane)
+        thread.join()
+        assert "running all_reduce" in refused[0], refused
+    else:
+        time.sleep(1.5)
+        fill(ts.borrow_mut(g).partition((256,)), 1.0).then(
+            lambda _r: D.all_reduce(g)).sync_on(lane)
+    assert g.numpy().tolist() == [2.0] * 256
+    # a group this process is not in: refused (torch would skip it), the loans given back
+    import torch.distributed as dist
+    only_0 = dist.new_group([0])
+    alone = ts.ones((4,), ts.float32, device="cpu").sync()
+    if rank == 0:
+        assert D.all_reduce(alone, group=only_0).sync().numpy().tolist() == [1.0] * 4
+    else:
+        with pytest.raises(ts.ArgumentError, match=r"rank 1\) is not in the process group"):
+            D.all_reduce(alone, group=only_0).sync()
+        assert alone.numpy().tolist() == [1.0] * 4
     # a shared read lets other readers in, not writers
     y = ts.tensor(np.ones(4, np.float32), device="cpu").sync()
     gathered = ts.zeros((8,), ts.float32, device="cpu").sync()

@@ -35,9 +35,9 @@ from typing import Any, Sequence
 
 from ._callsite import caller_location
 from .deviceops.deviceop import DeviceOp
-from .driver.ledger import LEDGER, release_all, take_loans
+from .driver.ledger import LEDGER, check, lend, release_all, take_loans
 from .driver.stream import current_stream
-from .errors import AliasingError, ArgumentError, Location
+from .errors import AliasingError, ArgumentError, DeviceOpError, Location
 from .host.export import loaned_capsule
 from .host.tensor import Tensor
 
@@ -62,7 +62,7 @@ def all_reduce(tensor: Tensor, op: str = "sum", *, group: Any = None) -> DeviceO
     return _collective("all_reduce", [], [("tensor", tensor)], where,
                        lambda dist, views: dist.all_reduce(views[0], op=reduce_op(dist),
                                                            group=group, async_op=True),
-                       result=tensor)
+                       result=tensor, group=group)
 
 
 def broadcast(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor]:
@@ -73,7 +73,7 @@ def broadcast(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor
     return _collective("broadcast", [], [("tensor", tensor)], where,
                        lambda dist, views: dist.broadcast(views[0], src=int(src), group=group,
                                                          async_op=True),
-                       result=tensor)
+                       result=tensor, group=group)
 
 
 def all_gather(output: Tensor, input: Tensor, *, group: Any = None) -> DeviceOp[Tensor]:
@@ -86,7 +86,7 @@ def all_gather(output: Tensor, input: Tensor, *, group: Any = None) -> DeviceOp[
                        lambda dist, views: dist.all_gather_into_tensor(views[1], views[0],
                                                                        group=group,
                                                                        async_op=True),
-                       result=output)
+                       result=output, group=group)
 
 
 def reduce_scatter(output: Tensor, input: Tensor, op: str = "sum", *,
@@ -100,7 +100,7 @@ def reduce_scatter(output: Tensor, input: Tensor, op: str = "sum", *,
     return _collective("reduce_scatter", [("input", input)], [("output", output)], where,
                        lambda dist, views: dist.reduce_scatter_tensor(
                            views[1], views[0], op=reduce_op(dist), group=group, async_op=True),
-                       result=output)
+                       result=output, group=group)
 
 
 def send(tensor: Tensor, dst: int, *, group: Any = None) -> DeviceOp[Tensor]:
@@ -109,7 +109,7 @@ def send(tensor: Tensor, dst: int, *, group: Any = None) -> DeviceOp[Tensor]:
     where = caller_location()
     return _collective("send", [("tensor", tensor)], [], where,
                        lambda dist, views: dist.isend(views[0], dst=int(dst), group=group),
-                       result=tensor)
+                       result=tensor, group=group)
 
 
 def recv(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor]:
@@ -118,14 +118,14 @@ def recv(tensor: Tensor, src: int, *, group: Any = None) -> DeviceOp[Tensor]:
     where = caller_location()
     return _collective("recv", [], [("tensor", tensor)], where,
                        lambda dist, views: dist.irecv(views[0], src=int(src), group=group),
-                       result=tensor)
+                       result=tensor, group=group)
 
 
 # -- the one implementation ----------------------------------------------------------------
 
 def _collective(name: str, reads: Sequence[tuple[str, Tensor]],
                 writes: Sequence[tuple[str, Tensor]], where: Location, call: Any, *,
-                result: Tensor) -> DeviceOp:
+                result: Tensor, group: Any = None) -> DeviceOp:
     """The checked op of one collective (see :class:`_CollectiveOp`)."""
     named = [*reads, *writes]
     for label, t in named:
@@ -140,7 +140,7 @@ def _collective(name: str, reads: Sequence[tuple[str, Tensor]],
                             "(gloo) and cuda (NCCL) tensors", where,
                             hint="copy the tensors to a cpu or cuda device first")
     _refuse_overlap(name, named, len(reads), where)
-    return _CollectiveOp(name, reads, writes, where, call, result)
+    return _CollectiveOp(name, reads, writes, where, call, result, group)
 
 
 class _CollectiveOp(DeviceOp):
@@ -150,48 +150,47 @@ class _CollectiveOp(DeviceOp):
     zero-copy torch views of the reads then the writes (dropped before the loans end)."""
 
     __slots__ = ("_name", "_tensors", "_call", "_result", "_loans", "_where", "_borrows",
-                 "_early_stream")
+                 "_group")
 
     def __init__(self, name: str, reads: Sequence[tuple[str, Tensor]],
                  writes: Sequence[tuple[str, Tensor]], where: Location, call: Any,
-                 result: Tensor):
+                 result: Tensor, group: Any = None):
         tensors = [t for _, t in (*reads, *writes)]
         super().__init__(None, f"{name}({', '.join(f'{t.shape} {t.dtype.short}' for t in tensors)}) "
                          f"created at {where}", tensors[0].device)
         self._name, self._tensors, self._call, self._result = name, tensors, call, result
-        self._where = where
+        self._where, self._group = where, group
         self._borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it")
                           for _, t in reads]
                          + [(t._alloc.loans, *t.span(), True, f"{name} writing it")
                             for _, t in writes])
         # Inside a running pipeline (a .then step), work already enqueued on its stream does
         # not block the collective, which runs after it there; the loans are then valid for
-        # that stream only (_perform takes them again for another), as a launch's are.
-        self._early_stream = current_stream()
+        # that stream only (_perform checks again for the stream it runs on), as a launch's.
+        early_stream = current_stream()
         with LEDGER:
             for _, t in reads:
                 t._check_access(f"send it ({name})", write=False, in_pipeline=True)
             for _, t in writes:
                 t._check_access(f"receive into it ({name})", write=True, in_pipeline=True)
-            self._loans = self._take(self._early_stream)
-
-    def _take(self, stream: Any) -> list:
-        return take_loans(self._borrows, f"the pending {self._name} created at {self._where}",
-                          self._where, stream)
+            self._loans = take_loans(self._borrows, f"the pending {name} created at {where}",
+                                     where, early_stream)
 
     def _perform(self, stream: Any) -> Tensor:
+        """Run the collective in ``stream``'s order (module docstring). While torch.distributed
+        runs it, its loans are its own: work another thread puts on ``stream`` meanwhile is
+        not ordered after it (on a GPU, NCCL runs on its own stream until ``stream`` waits for
+        it), so such work is refused by the loans, not let through as later work there."""
         on_gpu = self._tensors[0].device.kind == "cuda"
-        enqueued = False  # (then the loans end with the stream's work, not here)
-        if self._early_stream not in (None, stream):
-            # lent for another pipeline's stream: checked again for the one it runs on
+        with LEDGER:  # (the loans of its creation go; private ones, checked for `stream`, come)
             release_all(self._loans)
-            self._loans = []
-            with LEDGER:
-                self._loans = self._take(stream)
+            self._loans = self._private_loans(stream)
+        enqueued = False  # (then torch may still touch the buffers: the loans must not end)
         try:
             import torch
             dist = _initialized(self._name, self._where)
             _refuse_coalescing(dist, self._name, self._where)
+            _refuse_outsider(dist, self._group, self._name, self._where)
             views = [torch.from_dlpack(loaned_capsule(t)) for t in self._tensors]
             try:
                 if on_gpu:
@@ -200,23 +199,39 @@ class _CollectiveOp(DeviceOp):
                         enqueued = True
                         work.wait()  # (the stream waits for NCCL's; the host does not)
                 else:
-                    work = self._hand_to_torch(dist, views)
-                    work.wait()  # (complete: nothing touches the buffers after this)
+                    with stream.order_lock:  # (the stream's other host work: before or after)
+                        work = self._hand_to_torch(dist, views)
+                        enqueued = True
+                        work.wait()  # (complete: nothing touches the buffers after this)
             finally:
                 del views[:]  # (no view of ours outlives the loans)
         except _Deferred as deferred:
             raise deferred.error from None  # (queued to run later: the loans stay, for good)
-        except BaseException:
-            if enqueued:  # (NCCL may still touch the buffers: they go with the stream's work)
-                self._hand_to_stream(stream)
-            else:
+        except BaseException as err:
+            if not enqueued:
                 release_all(self._loans)
-            raise
-        if on_gpu:
-            self._hand_to_stream(stream)
+                raise
+            # started, then failed: whether torch still touches the buffers is unknown
+            raise DeviceOpError(f"{self._name} created at {self._where} failed after torch "
+                                f"started it ({type(err).__name__}: {err}); its buffers stay "
+                                "borrowed for good, since it may still be running") from err
+        if on_gpu:  # (the stream now orders later work after it: the loans become the
+            self._hand_to_stream(stream)  # stream's, and end when it is synchronized)
         else:
             release_all(self._loans)
         return self._result
+
+    def _private_loans(self, stream: Any) -> list:
+        """Fresh loans of the buffers, checked against pending work as work on ``stream``
+        (earlier work there runs first) but held by this collective alone (the caller holds
+        :data:`LEDGER`)."""
+        for book, lo, hi, mutable, action in self._borrows:
+            if book:
+                check(book, lo, hi, write=mutable, action=action, where=self._where,
+                      stream=stream)
+        holder = f"the running {self._name} created at {self._where}"
+        return [lend(book, lo, hi, mutable=mutable, holder=holder, where=self._where)
+                for book, lo, hi, mutable, _ in self._borrows]
 
     def _hand_to_stream(self, stream: Any) -> None:
         """The loans end, and the tensors are let go, when ``stream`` is synchronized; until
@@ -253,17 +268,22 @@ class _CollectiveOp(DeviceOp):
             release_all(loans)
 
 
-#: torch's wrapper of each tilesafe stream collectives ran on, by driver handle (made once: a
-#: wrapper is only the handle, so a handle reused by a later stream is still wrapped right)
+#: torch's wrapper of each tilesafe stream collectives ran on, by (device, driver handle):
+#: a wrapper is only the handle on its device, so a handle reused by a later stream of the
+#: same device is still wrapped right; at most :data:`STREAMS_KEPT` are kept
 _TORCH_STREAMS: dict = {}
+STREAMS_KEPT = 64
 
 
 def _torch_stream(torch: Any, stream: Any, device: Any) -> Any:
-    """``stream`` as a ``torch.cuda.ExternalStream`` (torch's current stream for the call)."""
-    address = stream.native_address
-    wrapped = _TORCH_STREAMS.get(address)
+    """``stream`` as a ``torch.cuda.ExternalStream`` on ``device`` (torch's current stream
+    for the call)."""
+    key = (device.index, stream.native_address)
+    wrapped = _TORCH_STREAMS.get(key)
     if wrapped is None:
-        wrapped = _TORCH_STREAMS[address] = torch.cuda.ExternalStream(address, device=device)
+        if len(_TORCH_STREAMS) >= STREAMS_KEPT:
+            _TORCH_STREAMS.clear()
+        wrapped = _TORCH_STREAMS[key] = torch.cuda.ExternalStream(key[1], device=device)
     return wrapped
 
 
@@ -341,6 +361,16 @@ def _refuse_coalescing(dist: Any, name: str, where: Location) -> None:
                             "where it would run only when the context ends, after its "
                             "buffers' loans", where,
                             hint="drive tilesafe collectives outside coalescing contexts")
+
+
+def _refuse_outsider(dist: Any, group: Any, name: str, where: Location) -> None:
+    """torch.distributed skips a collective of a group this process is not in (it returns no
+    work): refused before anything is handed to it."""
+    not_in = getattr(getattr(dist, "distributed_c10d", None), "_rank_not_in_group", None)
+    if group is not None and not_in is not None and not_in(group):
+        raise ArgumentError(f"{name}: this process (rank {dist.get_rank()}) is not in the "
+                            "process group given", where,
+                            hint="call a group's collectives only in its member processes")
 
 
 def _reduce_op(op: str, where: Location) -> Any:

@@ -65,13 +65,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    finished = False
     try:
-        return _run(args)
+        status = _run(args)
+        finished = True
+        return status
     except (TilesafeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     finally:
-        _leave_ranks(args)
+        _leave_ranks(args, finished)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -173,15 +176,17 @@ def _join_ranks(args: argparse.Namespace) -> int:
     return dist.get_rank()
 
 
-def _leave_ranks(args: argparse.Namespace) -> None:
+def _leave_ranks(args: argparse.Namespace, finished: bool) -> None:
     """With ``--tp``: wait for every rank (rank 0 reports last), then leave the group (a
-    process that exits while still in it can abort its peers)."""
+    process that exits while still in it can abort its peers). A rank that failed does not
+    wait: the others may be inside a collective it will never join."""
     if getattr(args, "tp", 1) == 1:
         return
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         try:
-            dist.barrier()
+            if finished:
+                dist.barrier()
         finally:
             dist.destroy_process_group()
 
