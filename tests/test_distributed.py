@@ -262,3 +262,37 @@ def test_a_collective_made_in_a_chain_step_but_driven_on_another_stream_is_check
 
     fill(ts.borrow_mut(x).partition((256,)), 2.0).then(step).sync()
     assert refused == [True] and x.numpy().tolist() == [2.0] * 256
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A gloo process group of this process alone (torch.distributed's default group)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
+                            world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
+class _FailingWork:
+    def wait(self):
+        raise RuntimeError("the communicator was aborted")
+
+
+def test_a_collective_that_fails_before_or_after_torch_starts_it(one_rank, monkeypatch):
+    """Refused before torch has it: the loans go back. Failed after torch started it: whether
+    the collective still touches the buffers is unknown, so they stay borrowed for good."""
+    t = ts.ones((4,), ts.float32, device="cpu").sync()
+    op = D.all_reduce(t)
+    monkeypatch.setattr(op, "_call", lambda dist, views: (_ for _ in ()).throw(
+        RuntimeError("torch refused it")))
+    with pytest.raises(RuntimeError, match="torch refused it"):
+        op.sync()
+    assert t.numpy().tolist() == [1.0] * 4  # nothing started: the loans went back
+    op = D.all_reduce(t)
+    monkeypatch.setattr(op, "_call", lambda dist, views: _FailingWork())
+    with pytest.raises(ts.DeviceOpError, match="failed after torch started it.*borrowed for "
+                                               "good"):
+        op.sync()
+    with pytest.raises(ts.BorrowError, match="running all_reduce"):
+        t.numpy()

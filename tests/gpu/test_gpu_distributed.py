@@ -2,7 +2,8 @@
 collective runs in the order of the tilesafe stream it is driven on, after a slow kernel that
 writes its input and before a kernel that reads its output, with no host wait in between; the
 data arrive (bf16 too); the loans end only when the stream is synchronized. Several GPUs were
-not available: what crosses GPUs is not tested here."""
+not available: what crosses GPUs is not tested here, and with one rank an all-reduce and a
+broadcast leave their buffer as it was (only the gather and the reduce-scatter move data)."""
 
 from __future__ import annotations
 
