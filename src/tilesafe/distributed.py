@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from ._callsite import caller_location
 from .deviceops.deviceop import DeviceOp
-from .driver.ledger import LEDGER, check, lend, release_all, take_loans
+from .driver.ledger import LEDGER, release_all, take_loans
 from .driver.stream import current_stream
 from .errors import AliasingError, ArgumentError, DeviceOpError, Location
 from .host.export import loaned_capsule
@@ -184,7 +184,8 @@ class _CollectiveOp(DeviceOp):
         on_gpu = self._tensors[0].device.kind == "cuda"
         with LEDGER:  # (the loans of its creation go; private ones, checked for `stream`, come)
             release_all(self._loans)
-            self._loans = self._private_loans(stream)
+            self._loans = take_loans(self._borrows, f"the running {self._name} created at "
+                                     f"{self._where}", self._where, stream, private=True)
         enqueued = False  # (then torch may still touch the buffers: the loans must not end)
         try:
             import torch
@@ -220,18 +221,6 @@ class _CollectiveOp(DeviceOp):
         else:
             release_all(self._loans)
         return self._result
-
-    def _private_loans(self, stream: Any) -> list:
-        """Fresh loans of the buffers, checked against pending work as work on ``stream``
-        (earlier work there runs first) but held by this collective alone (the caller holds
-        :data:`LEDGER`)."""
-        for book, lo, hi, mutable, action in self._borrows:
-            if book:
-                check(book, lo, hi, write=mutable, action=action, where=self._where,
-                      stream=stream)
-        holder = f"the running {self._name} created at {self._where}"
-        return [lend(book, lo, hi, mutable=mutable, holder=holder, where=self._where)
-                for book, lo, hi, mutable, _ in self._borrows]
 
     def _hand_to_stream(self, stream: Any) -> None:
         """The loans end, and the tensors are let go, when ``stream`` is synchronized; until

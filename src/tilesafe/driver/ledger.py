@@ -303,13 +303,18 @@ def release_all(loans: list) -> None:
         LEDGER.release()
 
 
-def take_loans(borrows: list, holder: str, where: Location, stream: Any) -> list:
+def take_loans(borrows: list, holder: str, where: Location, stream: Any, *,
+               private: bool = False) -> list:
     """Check every borrow ``(book, lo, hi, mutable, action)`` against the loans of pending
-    work, then lend them all (the caller holds :data:`LEDGER`)."""
+    work, as work on ``stream``, then lend them all (the caller holds :data:`LEDGER`). The loans
+    are ``stream``'s (later work on it shares them and is not refused by them), or with
+    ``private`` the holder's alone (refusing every other work until they are made the
+    stream's: work that is not yet ordered on ``stream`` while it runs)."""
     for book, lo, hi, mutable, action in borrows:
         if book:
             check(book, lo, hi, write=mutable, action=action, where=where, stream=stream)
-    return [lend(book, lo, hi, mutable=mutable, holder=holder, where=where, stream=stream)
+    lent_to = None if private else stream
+    return [lend(book, lo, hi, mutable=mutable, holder=holder, where=where, stream=lent_to)
             for book, lo, hi, mutable, _ in borrows]
 
 
