@@ -45,18 +45,12 @@ def main(argv: Optional[list] = None) -> int:
     token = int(np.argmax(engine.prefill(prompt)))
     step = qwen3._DecodeStep(engine, qwen3.GREEDY)
 
-    def replays(count: int) -> None:
-        op = step.launch()
-        for _ in range(count - 1):
-            op = op.then(lambda _result: step.launch())
-        op.sync()
-
     engine.lengths = [len(prompt) + 8]
     step.at = None
     step.start(engine, [token])
-    replays(16)  # (warm)
+    step.launch(16).sync()  # (warm)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        replays(REPLAYS)
+        step.launch(REPLAYS).sync()
         torch.cuda.synchronize()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp())
     out.mkdir(parents=True, exist_ok=True)

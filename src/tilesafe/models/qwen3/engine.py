@@ -330,10 +330,7 @@ class Qwen3Engine:
         left = steps - 1
         while left > 0:
             n = min(chunk, left)
-            op = step.launch()
-            for _ in range(n - 1):
-                op = op.then(lambda _result: step.launch())
-            op.sync()
+            step.launch(n).sync()
             left -= n
         kept = step.tokens.numpy().reshape(self.batch, self.max_seq)
         made = [[ids[b]] + [int(t) for t in kept[b, n:n + steps - 1]]
@@ -548,10 +545,11 @@ class _DecodeStep:
         #: the recorded step's one graph (None when collectives split it)
         self.graph = self.parts[0] if len(self.parts) == 1 else None
 
-    def launch(self) -> DeviceOp:
-        """One replay of the step, not yet run: its graph launched, or its graphs and
-        collectives in turn (one chain, one stream)."""
-        first, *rest = self.parts
+    def launch(self, replays: int = 1) -> DeviceOp:
+        """``replays`` replays of the step back to back, not yet run: its graph launched, or
+        its graphs and collectives in turn, each replay after the one before (one chain, one
+        stream)."""
+        first, *rest = self.parts * replays
         op = _started(first)
         for part in rest:
             op = op.then(lambda _result, part=part: _started(part))
