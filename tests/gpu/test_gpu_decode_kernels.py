@@ -82,3 +82,58 @@ def test_silu_mul_matmul_on_the_gpu(rng):
     for got in (results[GPU], results["two"]):
         assert np.all(np.abs(got - results["cpu"]) <= 2.0 ** -7 * np.abs(results["cpu"])
                       + 2.0 ** -12 * scale)
+
+
+def test_rms_norm_matmul_on_the_gpu(rng):
+    """The 4b shape's q/k/v projection with the input RMSNorm inside the GEMV (every program
+    takes the row's mean square), against the interpreter and the two launches on the GPU;
+    the output poisoned first."""
+    from tilesafe.kernels import matmul, rms_norm_matmul
+    bf16 = ml_dtypes.bfloat16
+    x = (4 * rng.standard_normal((1, 2560))).astype(bf16)
+    g = (1 + rng.standard_normal(2560) / 4).astype(bf16)
+    weight = (rng.standard_normal((6144, 2560)) / 64).astype(bf16)
+    results = {}
+    for device in ("cpu", GPU):
+        xt, gt = ts.tensor(x, device=device).sync(), ts.tensor(g, device=device).sync()
+        w = ts.tensor(weight, device=device).sync()
+        out = ts.full((1, 6144), np.nan, ts.bfloat16, device=device).sync()
+        rms_norm_matmul(xt, gt, w, eps=1e-6, out=out).sync()
+        results[device] = out.numpy().astype(np.float64)
+        if device == GPU:
+            normed = rms_norm(xt, gt, eps=1e-6).sync()
+            results["two"] = matmul(normed, w).sync().numpy().astype(np.float64)
+    normed = np.abs(rms_norm(ts.tensor(x).sync(), ts.tensor(g).sync(), eps=1e-6).sync()
+                    .numpy().astype(np.float64))
+    scale = normed @ np.abs(weight.astype(np.float64)).T
+    for got in (results[GPU], results["two"]):
+        # a normalized value may land on the neighbouring bfloat16 (the GPU's rsqrt)
+        assert np.all(np.abs(got - results["cpu"]) <= 2.0 ** -7 * np.abs(results["cpu"])
+                      + 2.0 ** -7 * scale)
+
+
+@pytest.mark.parametrize("case", ["o_proj", "down"])
+def test_accumulating_products_on_the_gpu(rng, case):
+    """The 4b shape's o projection (``matmul(..., accumulate=True)``: whichever GEMV config
+    the table holds, split-K with its merge or one launch) and down projection
+    (``silu_mul_matmul``) adding into the residual, against the interpreter."""
+    from tilesafe.kernels import matmul, silu_mul_matmul
+    bf16 = ml_dtypes.bfloat16
+    k = 4096 if case == "o_proj" else 2 * 9728
+    a = rng.standard_normal((1, k)).astype(bf16)
+    weight = (rng.standard_normal((2560, 4096 if case == "o_proj" else 9728)) / 64).astype(bf16)
+    residual = (8 * rng.standard_normal((1, 2560))).astype(bf16)
+    results = {}
+    for device in ("cpu", GPU):
+        at, w = ts.tensor(a, device=device).sync(), ts.tensor(weight, device=device).sync()
+        out = ts.tensor(residual, device=device).sync()
+        if case == "o_proj":
+            matmul(at, w, out=out, accumulate=True).sync()
+        else:
+            silu_mul_matmul(at, w, out=out, accumulate=True).sync()
+        results[device] = out.numpy().astype(np.float64)
+    got, want = results[GPU], results["cpu"]
+    # the product may round to a neighbouring bfloat16, and the sum after it
+    bound = 2.0 ** -7 * (np.abs(want) + np.abs(want - residual.astype(np.float64))) + 1e-2
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.abs(got - residual.astype(np.float64)).max() > 0.1  # (something was added)

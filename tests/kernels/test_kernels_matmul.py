@@ -21,6 +21,7 @@ from tilesafe.kernels import gemv as skinny
 # (the package's ``matmul`` is the function; the module by its full name)
 mm_module = importlib.import_module("tilesafe.kernels.matmul")
 from tilesafe.kernels._outputs import Output
+from tilesafe.autotune import store as store_module, timing as timing_module
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
       "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
@@ -369,3 +370,163 @@ def test_silu_mul_matmul_argument_errors():
     for gate_up, weight, words in cases:
         with pytest.raises(ts.ArgumentError, match=words):
             silu_mul_matmul(gate_up, weight)
+
+
+# -- a residual add in the product's own store (accumulate=True) --------------------------------
+
+def _summed(residual: np.ndarray, product: np.ndarray) -> np.ndarray:
+    """A torch add of the written product: both as float32, the sum rounded once."""
+    return (residual.astype(np.float32) + product.astype(np.float32)).astype(residual.dtype)
+
+
+def _residual(shape: tuple, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * 4).astype(ml_dtypes.bfloat16)
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values).view(np.uint8)
+
+
+@pytest.mark.parametrize("index", range(len(skinny.GEMV_CONFIGS)))
+def test_every_gemv_config_adds_into_its_output(index):
+    """Each GEMV config the tuner may pick adds the rounded product to the output: the
+    one-launch store, the merge of split-K and, where K allows no split, the 3-D GEMV's own
+    store (K = 1040 takes no split at BK 512 or 256)."""
+    config = skinny.GEMV_CONFIGS[index]
+    for k in (2048, 1040):
+        a, b = _operands(1, 200, k, "bfloat16", seed=40 + index)
+        residual = _residual((1, 200), seed=k)
+        at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+        product = Output(None, (1, 200), ts.bfloat16, at.device)
+        r = skinny.launch_gemv.fn(at, bt.T, product, None, None, config=config).sync()
+        written = product.tensor(r.z).numpy()
+        out = ts.tensor(residual).sync()
+        target = skinny.AccumulatingOutput(out, (1, 200), ts.bfloat16, at.device)
+        skinny.launch_gemv.fn(at, bt.T, target, None, None, config=config).sync()
+        assert np.array_equal(_bits(out.numpy()), _bits(_summed(residual, written)))
+
+
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_matmul_accumulate_adds_the_rounded_product(m):
+    """Every path: the one-row GEMV's store, and the product then ``add_into`` on the mma and
+    tiled paths; leading dimensions and a float32 output too."""
+    a, b = _operands(m, 70, 300, "bfloat16", seed=m)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    residual = _residual((m, 70), seed=m + 1)
+    out = ts.tensor(residual).sync()
+    got = matmul(at, bt, out=out, accumulate=True).sync()
+    assert got is out
+    written = matmul(at, bt).sync().numpy()
+    assert np.array_equal(_bits(out.numpy()), _bits(_summed(residual, written)))
+    wide = residual.astype(np.float32).reshape(1, m, 70)
+    out32 = ts.tensor(wide).sync()
+    matmul(ts.tensor(a.reshape(1, m, 300)).sync(), bt, out_dtype=ts.float32, out=out32,
+           accumulate=True).sync()
+    written32 = matmul(at, bt, out_dtype=ts.float32).sync().numpy()
+    assert np.array_equal(out32.numpy(), _summed(wide, written32.reshape(1, m, 70)))
+
+
+def test_accumulate_misuse_is_refused_with_nothing_written():
+    a = ts.tensor(np.ones((1, 8), np.float16)).sync()
+    w = ts.tensor(np.ones((8, 8), np.float16)).sync()
+    _refused(lambda: matmul(a, w, accumulate=True),
+             "matmul: accumulate=True adds the product to out=, and out= is missing")
+    short = ts.full((1, 5), 7.0, dtype=ts.float16).sync()
+    _refused(lambda: matmul(a, w, out=short, accumulate=True),
+             r"matmul: out= has shape \(1, 5\) and dtype float16; this call writes shape "
+             r"\(1, 8\)")
+    assert np.all(short.numpy() == 7.0)
+    from tilesafe.kernels import silu_mul_matmul
+    _refused(lambda: silu_mul_matmul(ts.tensor(np.ones((1, 16), np.float16)).sync(), w,
+                                     accumulate=True),
+             "silu_mul_matmul: accumulate=True adds the product to out=")
+    # the output is borrowed exclusively: an input sharing its memory is refused by the launch
+    square = ts.tensor(np.ones((1, 8), np.float16)).sync()
+    with pytest.raises(ts.AliasingError, match="arguments 'z' and 'x' of 'gemv_rows' overlap"):
+        matmul(square, w, out=square, accumulate=True).sync()
+    assert np.all(square.numpy() == 1.0)
+
+
+class _EveryConfigTiming(timing_module.Timing):
+    """Times every config on the interpreter (each run really runs), the last one fastest."""
+
+    def can_time(self, device):
+        return True
+
+    def describe(self, device):
+        return "sm_90", "Fake GPU 80GB"
+
+    def stream(self, device):
+        return ts.Stream(device)
+
+    def time_runs(self, config, make_op, stream, runs):
+        for _ in range(runs):
+            make_op().sync_on(stream)
+        return 1.0 / (1 + list(skinny.GEMV_CONFIGS).index(config))
+
+
+def test_tuning_an_accumulating_product_adds_once(tmp_path, monkeypatch):
+    """The tuner runs every config several times; those runs add into a clone, so the
+    caller's output holds its values plus one product."""
+    monkeypatch.setenv("TILESAFE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TILESAFE_AUTOTUNE", raising=False)
+    monkeypatch.setattr(store_module, "SHIPPED_DIR", tmp_path)
+    monkeypatch.setattr(timing_module, "TIMING", _EveryConfigTiming())
+    a, b = _operands(1, 48, 512, "bfloat16", seed=9)
+    residual = _residual((1, 48), seed=10)
+    out = ts.tensor(residual).sync()
+    matmul(ts.tensor(a).sync(), ts.tensor(b).sync(), out=out, accumulate=True).sync()
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    winner = Output(None, (1, 48), ts.bfloat16, at.device)  # (the fastest: the last config)
+    r = skinny.launch_gemv.fn(at, bt.T, winner, None, None,
+                              config=skinny.GEMV_CONFIGS[-1]).sync()
+    want = _summed(residual, winner.tensor(r.z).numpy())
+    assert np.array_equal(_bits(out.numpy()), _bits(want))
+
+
+# -- the RMSNorm fused into the product that reads it (rms_norm_matmul) --------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,k", [(1, 70, 300), (1, 24, 2560), (3, 40, 96)])
+def test_rms_norm_matmul_equals_the_two_calls(monkeypatch, dtype, m, n, k):
+    from tilesafe.kernels import rms_norm, rms_norm_matmul
+    rng = np.random.default_rng(k)
+    x = (rng.standard_normal((m, k)) * 3).astype(NP[dtype])
+    g = (1 + rng.standard_normal(k) / 4).astype(NP[dtype])
+    b = (rng.standard_normal((n, k)) / 8).astype(NP[dtype])
+    fused = []
+    monkeypatch.setattr(mm_module, "with_occupancy",
+                        lambda kern, config: fused.append(kern) or skinny.with_occupancy(
+                            kern, config))
+    xt, gt, bt = ts.tensor(x).sync(), ts.tensor(g).sync(), ts.tensor(b).sync()
+    got = rms_norm_matmul(xt, gt, bt, eps=1e-6).sync().numpy()
+    assert fused == ([skinny.gemv_rows_normed] if m == 1 else [])  # one row: one launch
+    normed = rms_norm(xt, gt, eps=1e-6).sync()
+    assert np.array_equal(_bits(got), _bits(matmul(normed, bt).sync().numpy()))
+    _assert_close(got, normed.numpy(), b.T, dtype)
+    # against float64: the normalized row as transformers rounds it
+    x64 = x.astype(np.float64)
+    scale = 1 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + 1e-6)
+    want = ((x64 * scale).astype(NP[dtype]).astype(np.float64) * g).astype(NP[dtype])
+    close = np.abs(want.astype(np.float64) - normed.numpy().astype(np.float64))
+    assert close.max() <= np.abs(want.astype(np.float64)).max() * 2.0 ** -6
+
+
+def test_rms_norm_matmul_records_into_a_graph_and_refuses_misuse():
+    from tilesafe.kernels import rms_norm_matmul
+    x = ts.tensor(np.ones((1, 64), ml_dtypes.bfloat16)).sync()
+    g = ts.tensor(np.ones(64, ml_dtypes.bfloat16)).sync()
+    w = ts.tensor(np.full((8, 64), 0.5, ml_dtypes.bfloat16)).sync()
+    out = ts.zeros((1, 8), ts.bfloat16).sync()
+    work = mm_module.matmul_workspace(x, w).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(rms_norm_matmul(x, g, w, out=out, workspace=work))
+    assert np.all(out.numpy() == 0)  # recorded, nothing ran
+    graph.replay()
+    assert np.allclose(out.numpy().astype(np.float32), 32.0, rtol=2 ** -7)
+    _refused(lambda: rms_norm_matmul(x, ts.tensor(np.ones(63, ml_dtypes.bfloat16)).sync(), w),
+             r"rms_norm_matmul: norm_weight has shape \(63,\); x's last axis has 64 elements")
+    _refused(lambda: rms_norm_matmul(x, g, w, eps=0.0),
+             "rms_norm_matmul: eps=0.0 must be a finite positive number")
+    _refused(lambda: rms_norm_matmul(x, g, ts.tensor(np.ones((8, 32), ml_dtypes.bfloat16)).sync()),
+             r"rms_norm_matmul: a has shape \(1, 64\) and b \(8, 32\)")

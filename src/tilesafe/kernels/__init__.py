@@ -17,7 +17,8 @@ from .decode_attention import decode_attention, decode_attention_workspace
 from ._torch import release_completed, reserve_fault_records
 from .embedding import embedding
 from .kv_cache import kv_cache_update
-from .matmul import matmul, matmul_workspace, scaled_matmul, silu_mul_matmul
+from .matmul import (matmul, matmul_workspace, rms_norm_matmul, scaled_matmul,
+                     silu_mul_matmul)
 from .norms import add_rms_norm, layer_norm, rms_norm
 from .rope import rope, rope_cache
 from .sampling import argmax, sample
@@ -25,7 +26,8 @@ from .sampling import argmax, sample
 __all__: list[str] = []
 __all__ += ["rms_norm", "add_rms_norm", "layer_norm"]  # norms
 __all__ += ["softmax", "silu_mul", "gelu"]  # activations
-__all__ += ["matmul", "scaled_matmul", "matmul_workspace", "silu_mul_matmul"]  # products
+__all__ += ["matmul", "scaled_matmul", "matmul_workspace", "silu_mul_matmul",
+            "rms_norm_matmul"]  # products
 __all__ += ["flash_attention", "decode_attention", "decode_attention_workspace"]  # attention
 __all__ += ["rope", "rope_cache", "embedding", "kv_cache_update", "argmax", "sample"]  # tokens
 __all__ += ["release_completed", "reserve_fault_records"]  # the torch surface

@@ -28,14 +28,23 @@ launch writes the output directly.
 ``gemv_rows_silu_mul`` is ``gemv_rows`` of SwiGLU's gated activations: each program computes
 ``silu(gate) * up`` for the K chunk it multiplies (rounded as ``silu_mul`` rounds), so the
 activations are never stored and their launch disappears (``kernels.matmul.silu_mul_matmul``).
+``gemv_rows_normed`` likewise normalizes its row (RMSNorm) as it streams the weight
+(``kernels.matmul.rms_norm_matmul``).
+
+An output whose ``accumulate`` is set (:class:`AccumulatingOutput`: a residual connection,
+``out += a @ b``) is summed into by the launch that writes it, ``gemv_rows`` or the merge: the
+product is rounded to the output's dtype, then added and rounded again, as a torch add of the
+written product would be.
 
 May import the host and device languages, ``errors``, ``autotune``, ``kernels._rowwise``
-(kernel variants by hints) and ``kernels.activations`` (the gate's device function); knows
-nothing of the public functions in ``kernels.matmul``.
+(kernel variants by hints), ``kernels.activations`` (the gate's device function) and
+``kernels.norms`` (the normalization's device functions); knows nothing of the public
+functions in ``kernels.matmul``.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 import tilesafe.core as tc
@@ -48,6 +57,7 @@ from ..errors import ArgumentError
 from ._outputs import Output
 from ._rowwise import WarpVariants
 from .activations import silu_gated
+from .norms import _rms_apply, _rms_scale
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -88,6 +98,17 @@ def _slice_dot(x, w, s, j, BN, BK):
 
 
 @_device_function
+def _store_sum(z, total, ACC):
+    """Store the f32 tile ``total`` into ``z`` rounded to its dtype; with ``ACC``, add it to
+    the values ``z`` holds: ``round(z + round(total))``, the rounding of a product written
+    out and then added by a torch add (a residual connection)."""
+    result = total.astype(z.dtype)
+    if ACC:
+        result = (z.load().astype(tc.f32) + result.astype(tc.f32)).astype(z.dtype)
+    z.store(result)
+
+
+@_device_function
 def scale_product(scale_a, scale_b):
     """The product of the two per-tensor scales, as a (1, 1) f32 tile."""
     one = (1,)
@@ -110,30 +131,31 @@ def skinny_mma_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1
     z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
-@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 32, "BK": 256}])
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 32, "BK": 256, "ACC": False}])
 def gemv(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, 1, -1)],
-         w: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int]):
+         w: tc.Tensor["T", (-1, -1, -1)], BK: tc.Const[int], ACC: tc.Const[bool]):
     s, j, _ = tc.get_tile_block_id()
-    z.store(_slice_dot(x, w, s, j, BN, BK).astype(z.dtype))
+    _store_sum(z, _slice_dot(x, w, s, j, BN, BK), ACC)
 
 
-@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512}])
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512, "ACC": False}])
 def gemv_rows(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -1)],
-              w: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
+              w: tc.Tensor["T", (-1, -1)], BK: tc.Const[int], ACC: tc.Const[bool]):
     """``z`` = rows ``j*BN..`` of the weight ``w`` (N, K) times the one row of ``x`` (1, K),
-    elementwise into an f32 (BN, BK) accumulator reduced once at the end (no split)."""
+    elementwise into an f32 (BN, BK) accumulator reduced once at the end (no split); with
+    ``ACC`` added to ``z`` (``_store_sum``)."""
     _, j, _ = tc.get_tile_block_id()
     px, pw = x.partition((1, BK)), w.partition((BN, BK))
     acc = tc.zeros((BN, BK), tc.f32)
     for k in range(tc.num_tiles(pw, 1)):
         acc = acc + pw.load((j, k)).astype(tc.f32) * px.load((0, k)).astype(tc.f32)
-    z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
+    _store_sum(z, acc.sum(1).reshape((1, BN)), ACC)
 
 
-@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512}])
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512, "ACC": False}])
 def gemv_rows_silu_mul(z: tc.MutTensor["TO", (1, "BN")], gate: tc.Tensor["T", (-1, -1)],
                        up: tc.Tensor["T", (-1, -1)], w: tc.Tensor["T", (-1, -1)],
-                       BK: tc.Const[int]):
+                       BK: tc.Const[int], ACC: tc.Const[bool]):
     """``gemv_rows`` with the row ``x = round(round(silu(gate)) * up)`` computed per K chunk
     from the gate and up rows (1, K) instead of read: bit-equal to ``silu_mul`` then
     ``gemv_rows`` with the same tiles."""
@@ -143,15 +165,45 @@ def gemv_rows_silu_mul(z: tc.MutTensor["TO", (1, "BN")], gate: tc.Tensor["T", (-
     for k in range(tc.num_tiles(pw, 1)):
         x = silu_gated(pg.load((0, k)), pu.load((0, k)))
         acc = acc + pw.load((j, k)).astype(tc.f32) * x.astype(tc.f32)
+    _store_sum(z, acc.sum(1).reshape((1, BN)), ACC)
+
+
+@_make_kernel(examples=[{"T": tc.bf16, "TO": tc.bf16, "BN": 16, "BK": 512, "KP": 4096,
+                         "WEIGHTED": True}])
+def gemv_rows_normed(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -1)],
+                     norm: tc.Tensor["T", (-1,)], w: tc.Tensor["T", (-1, -1)],
+                     hidden: float, eps: float, BK: tc.Const[int], KP: tc.Const[int],
+                     WEIGHTED: tc.Const[bool]):
+    """``gemv_rows`` of the RMS-normalized row: each program first takes the mean square of
+    the whole row of ``x`` (1, K) as one (1, KP) tile padded with zeros, exactly as
+    ``rms_norm`` does, then normalizes each K chunk as the weight streams by (rounded as
+    ``rms_norm`` rounds), so the normalized row is never stored and its launch is gone.
+    ``WEIGHTED``: times the norm's weight ``norm`` (K,), gathered per chunk (plain cached
+    loads: as a third tile load beside the weight's and the row's it slowed the weight's
+    stream by 15-20% on the H100, and gathered still by about 2 us at 6144 x 2560); else a
+    unit weight, ``norm`` unread (a projection whose weight holds the norm's)."""
+    _, j, _ = tc.get_tile_block_id()
+    row = x.partition((1, KP)).load((0, 0), padding=0).astype(tc.f32)
+    scale = _rms_scale(row, 1, hidden, eps)
+    px, pw = x.partition((1, BK)), w.partition((BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 1)):
+        chunk = px.load((0, k))
+        normed = (chunk.astype(tc.f32) * scale).astype(chunk.dtype)
+        if WEIGHTED:
+            columns = (k * BK + tc.arange(BK, tc.i32)).reshape((1, BK))
+            weight = tc.gather(norm, columns, padding=0)
+            normed = (normed.astype(tc.f32) * weight.astype(tc.f32)).astype(chunk.dtype)
+        acc = acc + pw.load((j, k)).astype(tc.f32) * normed.astype(tc.f32)
     z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
 
 
-@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS, "SP": 4}])
+@_make_kernel(examples=[{"TO": tc.f16, "BM": 16, "BN": MERGE_COLUMNS, "SP": 4, "ACC": False}])
 def merge_slices(z: tc.MutTensor["TO", ("BM", "BN")], parts: tc.Tensor[tc.f32, (-1, -1, -1)],
-                 SP: tc.Const[int]):
+                 SP: tc.Const[int], ACC: tc.Const[bool]):
     i, j, _ = tc.get_tile_block_id()
     tiles = parts.partition((SP, BM, BN), padding=0.0)  # every slice in one load
-    z.store(tc.reduce_sum(tiles.load((0, i, j)), 0).astype(z.dtype))
+    _store_sum(z, tc.reduce_sum(tiles.load((0, i, j)), 0), ACC)
 
 
 @_make_kernel(examples=[{"TO": tc.bf16, "BM": 16, "BN": MERGE_COLUMNS, "SP": 4}])
@@ -270,6 +322,25 @@ def with_occupancy(kern: Any, config: dict) -> Any:
     return variants.pick((1,), {"warps": 4, "occupancy": config.get("occupancy", 0)})
 
 
+class AccumulatingOutput(Output):
+    """An output the product is added to (``out += a @ b``, the caller's tensor, read and
+    written in place), not written over. Its tuner's timing runs add into a clone, never
+    into the caller's tensor."""
+
+    accumulate = True
+
+    def tuning_copy(self) -> "AccumulatingOutput":
+        """A copy over a clone of the tensor, for the tuner's timing runs."""
+        duplicate = copy.copy(self)
+        duplicate.value = self.value.clone().sync()
+        return duplicate
+
+
+def accumulates(out: Output) -> bool:
+    """Whether the launches add the product to ``out`` (an :class:`AccumulatingOutput`)."""
+    return bool(getattr(out, "accumulate", False))
+
+
 def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,
            scales: Optional[tuple]) -> Any:
     """The second launch: the ``count`` slices of the workspace summed into ``out``."""
@@ -279,7 +350,7 @@ def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int,
         parts = workspace.tensor(result.z).reshape(count, rows, n)
         target = out.partition((rows, columns))
         if scales is None:
-            return merge_slices(target, parts, SP=count)
+            return merge_slices(target, parts, SP=count, ACC=accumulates(out))
         return merge_slices_scaled(target, parts, *scales, SP=count)
     return parts_op.then(merge)
 
@@ -291,12 +362,16 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     ``scales`` None or the two (1,) f32 scale tensors, ``elementwise`` for the M = 1 GEMV
     (else mma): a DeviceOp whose result is the last launch's named tuple (``.z``: the output's
     partition). ``config["BK"]`` counts 16-bit elements: the 8-bit floats take twice as many,
-    the same bytes."""
+    the same bytes. An accumulating ``out`` is added to by the elementwise path only."""
     m, k = a.shape
     n = b_kn.shape[1]
     bn, bk = int(config["BN"]), int(config["BK"]) * max(1, 2 // a.dtype.itemsize)
+    if accumulates(out) and not elementwise:
+        raise ArgumentError("matmul: only the one-row GEMV adds into its output",
+                            caller_location(), hint="add the product with a second launch")
     if elementwise and writes_directly(config):  # one launch, straight into the output
-        return with_occupancy(gemv_rows, config)(out.partition((1, bn)), a, b_kn.T, BK=bk)
+        return with_occupancy(gemv_rows, config)(out.partition((1, bn)), a, b_kn.T, BK=bk,
+                                                 ACC=accumulates(out))
     rows = 1 if elementwise else MMA_ROWS
     count = slices(n, k, bn, bk, int(config["waves"]), rows)
     # the workspace is an output of the call: allocated by torch for a call with torch tensors
@@ -319,7 +394,8 @@ def launches(a: Any, b_kn: Any, out: Output, scales: Optional[tuple], config: di
     target = workspace.partition((rows, bn))
     a_slices = _k_slices(a, count)
     if elementwise:
-        op = with_occupancy(gemv, config)(target, a_slices, _k_slices(b_kn.T, count), BK=bk)
+        op = with_occupancy(gemv, config)(target, a_slices, _k_slices(b_kn.T, count), BK=bk,
+                                          ACC=count == 1 and accumulates(out))
     elif scales is None or count > 1:
         op = with_occupancy(skinny_mma, config)(target, a_slices, _slices_kn(b_kn, count),
                                                 BK=bk)

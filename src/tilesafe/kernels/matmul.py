@@ -37,16 +37,18 @@ from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
 from ..dtypes import (DType, bfloat16, float8_e4m3fn, float8_e5m2, float16, float32)
 from ..errors import ArgumentError
-from ..host.factory import empty
+from ..host.factory import empty, full
 from ..host.lazy import not_run_yet
 from ..host.tensor import Tensor, borrow_mut
 from . import gemv as _skinny
 from .activations import silu_mul
-from .gemv import gemv_rows_silu_mul, scale_product, with_occupancy
+from .gemv import gemv_rows_normed, gemv_rows_silu_mul, scale_product, with_occupancy
+from .norms import MAX_ROW_TILE, _check_eps, rms_norm
+from ._rowwise import check_vector
 from ._outputs import Output
 from ._torch import accepts_torch, workspace_accepts_torch
 
-__all__ = ["matmul", "scaled_matmul", "silu_mul_matmul"]
+__all__ = ["matmul", "scaled_matmul", "silu_mul_matmul", "rms_norm_matmul"]
 
 SM_COUNT = _skinny.SM_COUNT
 #: rows of tiles a persistent program's band spans (L2 reuse of the B tiles)
@@ -65,6 +67,14 @@ OUT_DTYPES = (float16, bfloat16, float32)
 
 
 # -- device code --------------------------------------------------------------------------------
+
+@_make_kernel(examples=[{"T": tc.bf16, "BC": 1024}])
+def add_into(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1)]):  # noqa: F821
+    """``z = round(z + x)``: a product added to the output where its own launch cannot add
+    (``matmul(..., accumulate=True)`` off the one-row GEMV)."""
+    total = z.load().astype(tc.f32) + tc.load_tile_like(x, z).astype(tc.f32)
+    z.store(total.astype(z.dtype))
+
 
 @_device_function
 def _tile_product(pa, pb, m, n, BM, BN):
@@ -325,13 +335,16 @@ def _scale_tensor(value: Any, name: str, device: Any, op: str, where: Any) -> Te
 
 
 def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
-         scales: tuple = (None, None), workspace: Any = None) -> DeviceOp:
+         scales: tuple = (None, None), workspace: Any = None,
+         accumulate: bool = False) -> DeviceOp:
     (m, _), n = a2.shape, b_kn.shape[1]
     shape = lead + (n,)
     if workspace is not None and (not isinstance(workspace, Tensor)
                                   or workspace.dtype != float32):
         raise ArgumentError(f"{op}: workspace must be a float32 tilesafe tensor",
                             caller_location(), hint="allocate it with matmul_workspace(a, b)")
+    if accumulate:
+        return _accumulate(a2, b_kn, out, shape, dtype, op, workspace)
     result = Output(out, shape, dtype, a2.device, op=op)
     target = result
     if len(lead) != 1 and isinstance(result.value, Tensor):
@@ -347,6 +360,29 @@ def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
     return launched.then(lambda r: target.tensor(_plain(r.z)).reshape(shape))
 
 
+def _accumulate(a2: Tensor, b_kn: Tensor, out: Any, shape: tuple, dtype: DType, op: str,
+                workspace: Any) -> DeviceOp:
+    """``out += a2 @ b_kn`` (``_run`` with ``accumulate``): added by the one-row GEMV's own
+    store, else by a second launch (:func:`add_into`) of the product written to a new tensor."""
+    if out is None:
+        raise ArgumentError(f"{op}: accumulate=True adds the product to out=, and out= is "
+                            "missing", caller_location(),
+                            hint="pass the tensor to add to as out=, or leave accumulate off")
+    Output(out, shape, dtype, a2.device, op=op)  # (checks out: shape, dtype, device)
+    (m, _), n = a2.shape, b_kn.shape[1]
+    flat = out.reshape(m, n)
+    if path_of(m, n, a2.dtype, False) == "gemv":
+        target = _skinny.AccumulatingOutput(flat, (m, n), dtype, a2.device, op=op)
+        target.workspace = workspace
+        return launch(a2, b_kn, target).then(lambda r: out)
+    product = Output(None, (m, n), dtype, a2.device, op=op)
+    product.workspace = workspace
+    columns = min(1024, _pow2_at_least(n))
+    return launch(a2, b_kn, product).then(
+        lambda r: add_into(borrow_mut(flat).partition((1, columns)), product.tensor(_plain(r.z)))
+    ).then(lambda r: out)
+
+
 def _plain(handed_back: Any) -> Any:
     """The partition a launch handed back (a mapped partition's own partition)."""
     return handed_back.partition if hasattr(handed_back, "map_shape") else handed_back
@@ -354,7 +390,7 @@ def _plain(handed_back: Any) -> Any:
 
 @accepts_torch
 def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] = None,
-           out: Any = None, workspace: Any = None) -> DeviceOp:
+           out: Any = None, workspace: Any = None, accumulate: bool = False) -> DeviceOp:
     """``a @ b.T``: a linear layer's product, f32 accumulation.
 
     Args:
@@ -367,6 +403,12 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
         workspace: float32 scratch for the skinny path's split-K partial sums (from
             :func:`matmul_workspace`); else allocated per call. With ``out`` and a workspace
             a call allocates nothing and records into a ``ts.CudaGraph``.
+        accumulate: add the product to ``out`` (required) instead of writing over it, as a
+            residual connection does: ``out = round(out + round(a @ b.T))``, the product
+            rounded to ``out``'s dtype, then the sum (a torch add of the written product).
+            At one row the GEMV's own store adds (no second launch); otherwise a second
+            launch adds the product written to a new tensor. ``out`` is borrowed exclusively
+            by the launch, so it must not share memory with ``a`` or ``b``.
 
     Returns:
         A DeviceOp whose result is the (..., N) output (``out`` itself when given). Torch
@@ -374,18 +416,20 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
 
     Raises:
         ArgumentError: an operand is not a tensor (or a DeviceOp not run yet), of another
-            dtype, rank or device, K differs, ``b_layout`` or ``out_dtype`` is unknown, or
-            ``out`` has the wrong shape, dtype or device; nothing is launched.
+            dtype, rank or device, K differs, ``b_layout`` or ``out_dtype`` is unknown,
+            ``out`` has the wrong shape, dtype or device, or ``accumulate`` has no ``out``;
+            nothing is launched.
     """
     where = caller_location()
     a2, b_kn, lead = _operands(a, b, b_layout, MATMUL_DTYPES, "matmul", where)
     dtype = _out_dtype(out_dtype, a2.dtype, "matmul", where)
-    return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace)
+    return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace,
+                accumulate=bool(accumulate))
 
 
 @accepts_torch
 def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any = None,
-                    workspace: Any = None) -> DeviceOp:
+                    workspace: Any = None, accumulate: bool = False) -> DeviceOp:
     """``matmul(silu_mul(gate_up), b)``: SwiGLU's gating, then the down projection.
 
     At one row, where ``matmul`` runs this product as one GEMV launch (``gemv_rows``: the
@@ -403,6 +447,8 @@ def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any =
             a call allocates nothing and records into a ``ts.CudaGraph``.
         out: an ``(M, N)`` output to write in place; default a new one.
         workspace: as ``matmul``'s.
+        accumulate: as ``matmul``'s: add the product to ``out`` (the one launch's store
+            adds it at one row).
 
     Returns:
         A DeviceOp whose result is the ``(M, N)`` output (``out`` itself when given).
@@ -422,16 +468,84 @@ def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any =
     gate, up = gate_up[:, :half], gate_up[:, half:]
     a2, b_kn, _ = _operands(gate, b, "nk", MATMUL_DTYPES, op, where)
     (m, _), n = a2.shape, b_kn.shape[1]
-    if path_of(m, n, a2.dtype, False) == "gemv":
+    if accumulate and out is None:
+        raise ArgumentError(f"{op}: accumulate=True adds the product to out=, and out= is "
+                            "missing", where,
+                            hint="pass the tensor to add to as out=, or leave accumulate off")
+    config = _one_launch_config(a2, b_kn, op)
+    if config is not None:
         result = Output(out, (m, n), a2.dtype, a2.device, op=op)
-        config = _skinny.launch_gemv.config_for(
-            a2, b_kn, Output(None, (m, n), a2.dtype, a2.device, op=op), None, None)
-        if _skinny.writes_directly(config):
-            kernel = with_occupancy(gemv_rows_silu_mul, config)
-            return kernel(result.partition((1, int(config["BN"]))), gate, up, b_kn.T,
-                          BK=int(config["BK"])).then(lambda r: result.tensor(r.z))
+        kernel = with_occupancy(gemv_rows_silu_mul, config)
+        return kernel(result.partition((1, int(config["BN"]))), gate, up, b_kn.T,
+                      BK=int(config["BK"]), ACC=bool(accumulate)).then(
+                          lambda r: result.tensor(r.z))
     return silu_mul(gate_up, out=activations).then(
-        lambda act: matmul(act, b, out=out, workspace=workspace))
+        lambda act: matmul(act, b, out=out, workspace=workspace, accumulate=accumulate))
+
+
+@accepts_torch
+def rms_norm_matmul(x: Any, norm_weight: Any, b: Any, *, eps: float = 1e-6, out: Any = None,
+                    normed: Any = None, workspace: Any = None) -> DeviceOp:
+    """``matmul(rms_norm(x, norm_weight, eps=eps), b)``: a decoder layer's RMSNorm, then the
+    projection that reads it.
+
+    At one row, where ``matmul`` runs this product as one GEMV launch (``gemv_rows``: the
+    config the tuner chose, or the first), it is that one launch: every program takes the
+    row's mean square itself and normalizes each K chunk as the weight streams by, so the
+    normalized row is never written and the norm's launch is gone. Otherwise it is
+    ``rms_norm`` into ``normed`` then ``matmul``. Either way each normalized value is rounded
+    as ``rms_norm`` rounds it (the fused mean square is the same (1, K) row reduction).
+
+    Args:
+        x: the rows to normalize, ``(M, K)``, float16 or bfloat16.
+        norm_weight: the norm's scale, ``(K,)``, ``x``'s dtype and device; None: a unit
+            scale (for a weight ``b`` that already holds it, its column ``k`` times the
+            scale's element ``k``: the one-launch form then reads no scale at all).
+        b: the projection's weight, ``(N, K)``, ``x``'s dtype and device.
+        eps: added to the mean square (a finite positive number).
+        out: an ``(M, N)`` output to write in place; default a new one.
+        normed: ``(M, K)`` scratch of ``x``'s dtype for the two-launch form (allocated when
+            it is needed and left out). With ``out``, ``workspace`` and this, a call
+            allocates nothing and records into a ``ts.CudaGraph``.
+        workspace: as ``matmul``'s.
+
+    Returns:
+        A DeviceOp whose result is the ``(M, N)`` output (``out`` itself when given).
+
+    Raises:
+        ArgumentError: as ``matmul`` and ``rms_norm`` do: a non-tensor, a dtype, rank or device
+            that does not fit, a ``norm_weight`` of another shape, a bad ``eps``, or an ``out``
+            or ``normed`` of another shape or dtype; nothing is launched.
+    """
+    op, where = "rms_norm_matmul", caller_location()
+    a2, b_kn, _ = _operands(x, b, "nk", MATMUL_DTYPES, op, where)
+    weighted = norm_weight is not None
+    (m, k), n = a2.shape, b_kn.shape[1]
+    norm = check_vector(norm_weight, "norm_weight", a2, op).reshape((k,)) if weighted else None
+    eps = _check_eps(eps, op)
+    config = _one_launch_config(a2, b_kn, op)
+    if config is not None and _pow2_at_least(k) <= MAX_ROW_TILE:
+        result = Output(out, (m, n), a2.dtype, a2.device, op=op)
+        kernel = with_occupancy(gemv_rows_normed, config)
+        return kernel(result.partition((1, int(config["BN"]))), a2,
+                      norm if weighted else a2.reshape((k,)), b_kn.T, float(k), eps,
+                      BK=int(config["BK"]), KP=_pow2_at_least(k), WEIGHTED=weighted).then(
+                          lambda r: result.tensor(r.z))
+    unit = norm_weight if weighted else full((k,), 1.0, dtype=a2.dtype, device=a2.device).sync()
+    return rms_norm(a2, unit, eps=eps, out=normed).then(
+        lambda rows: matmul(rows, b, out=out, workspace=workspace))
+
+
+def _one_launch_config(a2: Tensor, b_kn: Tensor, op: str) -> Optional[dict]:
+    """The GEMV config of ``a2 @ b_kn`` when the product is one ``gemv_rows`` launch (one
+    row, and the config the tuner chose, or the first, writes directly), else None: where a
+    fused variant of ``gemv_rows`` can replace the product and the launch before it."""
+    (m, _), n = a2.shape, b_kn.shape[1]
+    if path_of(m, n, a2.dtype, False) != "gemv":
+        return None
+    config = _skinny.launch_gemv.config_for(
+        a2, b_kn, Output(None, (m, n), a2.dtype, a2.device, op=op), None, None)
+    return config if _skinny.writes_directly(config) else None
 
 
 @workspace_accepts_torch
