@@ -37,8 +37,11 @@ def _hf_logits(model, ids):
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def test_prefill_and_decode_match_transformers(checkpoint):
-    engine = Qwen3Engine(checkpoint, max_seq=32)
+@pytest.mark.parametrize("fold_norms", [True, False])
+def test_prefill_and_decode_match_transformers(checkpoint, fold_norms):
+    """Both decode steps: the norms folded into their projections (the default) and
+    transformers' rounding step for step (the norm's weight read by each GEMV)."""
+    engine = Qwen3Engine(checkpoint, max_seq=32, fold_norms=fold_norms)
     reference, hf_bf16 = _hf(checkpoint, torch.float32), _hf(checkpoint, torch.bfloat16)
     ours = engine.prefill(PROMPT, all_positions=True)
     want = _hf_logits(reference, PROMPT)
@@ -153,12 +156,44 @@ def test_every_kernel_on_the_engines_path_is_safe(checkpoint):
 
     import tilesafe.kernels
     from tilesafe.kernel import Kernel
-    engine = Qwen3Engine(checkpoint, max_seq=16, batch=2)
-    engine.generate([PROMPT, PROMPT[:3]], 2, temperature=1.0, top_k=8)
-    launched = {node.kernel for step in engine._steps.values() for node in step.graph.nodes}
+    batch = Qwen3Engine(checkpoint, max_seq=16, batch=2)
+    batch.generate([PROMPT, PROMPT[:3]], 2, temperature=1.0, top_k=8)
+    one = Qwen3Engine(checkpoint, max_seq=16)  # (batch 1: the fused decode step)
+    one.generate(PROMPT, 2)
+    launched = {node.kernel for engine in (batch, one) for step in engine._steps.values()
+                for node in step.graph.nodes}
+    assert {"gemv_rows_normed", "rms_norm_rows"} <= {k.name for k in launched}
     assert len(launched) > 8 and not [k.name for k in launched if k.is_unsafe]
     defined = []
     for info in pkgutil.iter_modules(tilesafe.kernels.__path__):
         module = importlib.import_module(f"tilesafe.kernels.{info.name}")
         defined += [v for v in vars(module).values() if isinstance(v, Kernel)]
     assert len(defined) > 20 and not [k.name for k in defined if k.is_unsafe]
+
+
+def test_folded_norms_scale_the_projections_columns(checkpoint):
+    """``fold_norms``: the q/k/v and gate/up columns times their norm's weight (a float32
+    product rounded once), the norms' weights ones; without it, the checkpoint's weights."""
+    import ml_dtypes
+    from tilesafe.models.checkpoint import Checkpoint
+    source = Checkpoint(checkpoint)
+    folded = Qwen3Engine(checkpoint, max_seq=8)
+    exact = Qwen3Engine(checkpoint, max_seq=8, fold_norms=False)
+    at = "model.layers.1."
+    for projection, parts, norm in (
+            ("self_attn.qkv_proj.weight", ("q", "k", "v"), "input_layernorm.weight"),
+            ("mlp.gate_up_proj.weight", ("gate", "up"), "post_attention_layernorm.weight")):
+        group = "self_attn" if projection.startswith("self_attn") else "mlp"
+        stacked = np.concatenate([np.asarray(source.get(f"{at}{group}.{p}_proj.weight"),
+                                             np.float32) for p in parts])
+        scale = np.asarray(source.get(at + norm), np.float32)
+        want = (stacked * scale).astype(ml_dtypes.bfloat16)
+        assert np.array_equal(folded.weights[at + projection].numpy().view(np.uint16),
+                              want.view(np.uint16))
+        assert np.all(folded.weights[at + norm].numpy() == 1)
+        assert np.array_equal(exact.weights[at + projection].numpy().astype(np.float32),
+                              stacked)
+        assert np.array_equal(exact.weights[at + norm].numpy().astype(np.float32), scale)
+    final = np.asarray(source.get("model.norm.weight"), np.float32)  # (read by the LM head)
+    assert np.array_equal(folded.weights["model.norm.weight"].numpy().astype(np.float32), final)
+    assert not np.all(final == 1)
