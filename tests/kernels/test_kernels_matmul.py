@@ -529,4 +529,34 @@ def test_rms_norm_matmul_records_into_a_graph_and_refuses_misuse():
     _refused(lambda: rms_norm_matmul(x, g, w, eps=0.0),
              "rms_norm_matmul: eps=0.0 must be a finite positive number")
     _refused(lambda: rms_norm_matmul(x, g, ts.tensor(np.ones((8, 32), ml_dtypes.bfloat16)).sync()),
-             r"rms_norm_matmul: a has shape \(1, 64\) and b \(8, 32\)")
+             r"rms_norm_matmul: x has shape \(1, 64\) and b \(8, 32\)")
+
+
+def test_fused_products_refuse_bad_outputs_before_launching():
+    from tilesafe.kernels import rms_norm_matmul, silu_mul_matmul
+    bf16 = ml_dtypes.bfloat16
+    x3 = ts.tensor(np.ones((3, 64), bf16)).sync()
+    g = ts.tensor(np.ones(64, bf16)).sync()
+    w = ts.tensor(np.ones((8, 64), bf16)).sync()
+    normed = ts.full((3, 64), 5.0, dtype=ts.bfloat16).sync()
+    _refused(lambda: rms_norm_matmul(x3, g, w, out=ts.zeros((3, 7), ts.bfloat16).sync(),
+                                     normed=normed),
+             r"rms_norm_matmul: out= has shape \(3, 7\)")
+    assert np.all(normed.numpy() == 5.0)  # (the norm's launch did not run)
+    _refused(lambda: rms_norm_matmul(x3[:1], g, w, normed=ts.zeros((2, 64), ts.bfloat16).sync()),
+             r"rms_norm_matmul: normed= has shape \(2, 64\)")
+    _refused(lambda: rms_norm_matmul(x3.reshape(1, 3, 64), g, w),
+             r"rms_norm_matmul: x has shape \(1, 3, 64\); it needs \(M, K\)")
+    _refused(lambda: rms_norm_matmul(ts.tensor(np.ones((1, 64), np.float32)).sync(), g, w),
+             "rms_norm_matmul: x is float32")
+    act = ts.full((3, 32), 5.0, dtype=ts.bfloat16).sync()
+    _refused(lambda: silu_mul_matmul(x3, w[:, :32], activations=act,
+                                     out=ts.zeros((3, 9), ts.bfloat16).sync(), accumulate=True),
+             r"silu_mul_matmul: out= has shape \(3, 9\)")
+    assert np.all(act.numpy() == 5.0)
+    _refused(lambda: matmul(x3, w, out=ts.zeros((3, 8), ts.bfloat16).sync(), accumulate="no"),
+             "matmul: accumulate='no' must be True or False")
+    x4 = ts.tensor(np.ones((2, 2, 64), bf16)).sync()
+    crossed = ts.zeros((2, 2, 8), ts.bfloat16).sync().permute(1, 0, 2)  # (no (4, 8) view)
+    _refused(lambda: matmul(x4, w, out=crossed, accumulate=True),
+             r"matmul: out= \(2, 2, 8\) cannot be viewed as \(4, 8\) rows")

@@ -197,3 +197,19 @@ def test_folded_norms_scale_the_projections_columns(checkpoint):
     final = np.asarray(source.get("model.norm.weight"), np.float32)  # (read by the LM head)
     assert np.array_equal(folded.weights["model.norm.weight"].numpy().astype(np.float32), final)
     assert not np.all(final == 1)
+
+
+@pytest.mark.parametrize("fold_norms", [True, False])
+def test_the_fused_step_records_with_a_split_k_gemv_config(checkpoint, monkeypatch, fold_norms):
+    """Where the tuner picks a split-K GEMV (no one-launch form), each norm + projection is
+    the two-launch form into the step's own scratch: still recorded, the same tokens."""
+    from tilesafe.kernels import gemv as skinny
+    want = Qwen3Engine(checkpoint, max_seq=16, fold_norms=fold_norms).generate(PROMPT, 4)
+    split = next(c for c in skinny.GEMV_CONFIGS if c.get("slices") != 1)
+    monkeypatch.setattr(skinny.launch_gemv, "config_for", lambda *a, **k: split)
+    engine = Qwen3Engine(checkpoint, max_seq=16, fold_norms=fold_norms)
+    assert engine.generate(PROMPT, 4) == want
+    (step,) = engine._steps.values()
+    names = {node.kernel.name for node in step.graph.nodes}
+    # (the tiny K allows no split: the 3-D kernel of split-K configs writes directly)
+    assert "gemv_rows_normed" not in names and {"rms_norm_rows", "gemv"} <= names

@@ -31,8 +31,8 @@ activations are never stored and their launch disappears (``kernels.matmul.silu_
 ``gemv_rows_normed`` likewise normalizes its row (RMSNorm) as it streams the weight
 (``kernels.matmul.rms_norm_matmul``).
 
-An output whose ``accumulate`` is set (:class:`AccumulatingOutput`: a residual connection,
-``out += a @ b``) is summed into by the launch that writes it, ``gemv_rows`` or the merge: the
+An :class:`AccumulatingOutput` (a residual connection, ``out += a @ b``) is summed into by the
+launch that writes it (``ACC``), ``gemv_rows``, the one-slice ``gemv`` or the merge: the
 product is rounded to the output's dtype, then added and rounded again, as a torch add of the
 written product would be.
 
@@ -57,7 +57,7 @@ from ..errors import ArgumentError
 from ._outputs import Output
 from ._rowwise import WarpVariants
 from .activations import silu_gated
-from .norms import _rms_apply, _rms_scale
+from .norms import _rms_scale
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -158,7 +158,7 @@ def gemv_rows_silu_mul(z: tc.MutTensor["TO", (1, "BN")], gate: tc.Tensor["T", (-
                        BK: tc.Const[int], ACC: tc.Const[bool]):
     """``gemv_rows`` with the row ``x = round(round(silu(gate)) * up)`` computed per K chunk
     from the gate and up rows (1, K) instead of read: bit-equal to ``silu_mul`` then
-    ``gemv_rows`` with the same tiles."""
+    ``gemv_rows`` with the same tiles (and ``ACC`` as there)."""
     _, j, _ = tc.get_tile_block_id()
     pg, pu, pw = gate.partition((1, BK)), up.partition((1, BK)), w.partition((BN, BK))
     acc = tc.zeros((BN, BK), tc.f32)
@@ -327,8 +327,6 @@ class AccumulatingOutput(Output):
     written in place), not written over. Its tuner's timing runs add into a clone, never
     into the caller's tensor."""
 
-    accumulate = True
-
     def tuning_copy(self) -> "AccumulatingOutput":
         """A copy over a clone of the tensor, for the tuner's timing runs."""
         duplicate = copy.copy(self)
@@ -338,7 +336,7 @@ class AccumulatingOutput(Output):
 
 def accumulates(out: Output) -> bool:
     """Whether the launches add the product to ``out`` (an :class:`AccumulatingOutput`)."""
-    return bool(getattr(out, "accumulate", False))
+    return isinstance(out, AccumulatingOutput)
 
 
 def _merge(parts_op: Any, workspace: Output, out: Output, rows: int, count: int, n: int,

@@ -266,49 +266,51 @@ def _names(dtypes: tuple) -> str:
 
 
 def _operands(a: Any, b: Any, b_layout: str, dtypes: tuple, op: str,
-              where: Any) -> tuple[Tensor, Tensor, tuple]:
+              where: Any, a_name: str = "a") -> tuple[Tensor, Tensor, tuple]:
     """Check ``a`` and ``b``; return ``a`` as (M, K), ``b`` as a (K, N) view and the output's
-    leading shape (``a``'s leading dims)."""
-    a, b = _tensor(a, "a", op, where), _tensor(b, "b", op, where)
+    leading shape (``a``'s leading dims). ``a_name``: what the caller calls ``a``."""
+    a, b = _tensor(a, a_name, op, where), _tensor(b, "b", op, where)
     if b_layout not in ("nk", "kn"):
         raise ArgumentError(f"{op}: b_layout={b_layout!r} is not a layout", where,
                             hint="b_layout='nk' for a linear layer's weight (N, K), "
                             "'kn' for a (K, N) matrix")
     if a.ndim < 2:
-        raise ArgumentError(f"{op}: a has shape {a.shape}; it needs (M, K) or more dims "
+        raise ArgumentError(f"{op}: {a_name} has shape {a.shape}; it needs (M, K) or more dims "
                             "(..., K)", where, hint="reshape a vector to (1, K)")
     if b.ndim != 2:
         raise ArgumentError(f"{op}: b has shape {b.shape}; it needs 2 dims, "
                             f"({'N, K' if b_layout == 'nk' else 'K, N'})", where,
                             hint="pass the weight matrix itself")
-    for name, t in (("a", a), ("b", b)):
+    for name, t in ((a_name, a), ("b", b)):
         if t.dtype not in dtypes:
             raise ArgumentError(f"{op}: {name} is {t.dtype.name}; supported: {_names(dtypes)}",
                                 where, hint=f"convert {name} to one of them first")
     if a.dtype != b.dtype:
-        raise ArgumentError(f"{op}: a is {a.dtype.name} and b is {b.dtype.name}; both need "
+        raise ArgumentError(f"{op}: {a_name} is {a.dtype.name} and b is {b.dtype.name}; both need "
                             "one dtype", where, hint="convert one of them")
     b_kn = b.T if b_layout == "nk" else b
     k, n = b_kn.shape
     if a.shape[-1] != k:
-        raise ArgumentError(f"{op}: a has shape {a.shape} and b {b.shape} (b_layout="
-                            f"{b_layout!r}): K is {a.shape[-1]} in a, {k} in b", where,
-                            hint="a's last dim must equal b's K dim"
+        raise ArgumentError(f"{op}: {a_name} has shape {a.shape} and b {b.shape} (b_layout="
+                            f"{b_layout!r}): K is {a.shape[-1]} in {a_name}, {k} in b", where,
+                            hint=f"{a_name}'s last dim must equal b's K dim"
                             + (" (b is (N, K); pass b_layout='kn' for a (K, N) b)"
                                if b_layout == "nk" else
                                " (b is (K, N); pass b_layout='nk' for a weight (N, K))"))
     if str(a.device) != str(b.device):
-        raise ArgumentError(f"{op}: a is on {a.device}, b on {b.device}", where,
+        raise ArgumentError(f"{op}: {a_name} is on {a.device}, b on {b.device}", where,
                             hint="move both to one device")
     if 0 in a.shape or n == 0:
-        raise ArgumentError(f"{op}: a {a.shape} and b {b.shape} have an empty extent", where,
+        raise ArgumentError(f"{op}: {a_name} {a.shape} and b {b.shape} have an empty extent",
+                            where,
                             hint="call it with at least one row, column and K element")
     lead = tuple(a.shape[:-1])
     try:
         a2 = a if a.ndim == 2 else a.reshape(-1, k)
     except ValueError as err:
-        raise ArgumentError(f"{op}: a {a.shape} cannot be viewed as (M, K) rows ({err})", where,
-                            hint="pass a contiguous a (a.clone())") from None
+        raise ArgumentError(f"{op}: {a_name} {a.shape} cannot be viewed as (M, K) rows ({err})",
+                            where, hint=f"pass a contiguous {a_name} ({a_name}.clone())") \
+            from None
     return a2, b_kn, lead
 
 
@@ -360,17 +362,32 @@ def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
     return launched.then(lambda r: target.tensor(_plain(r.z)).reshape(shape))
 
 
+def _check_accumulate(accumulate: Any, out: Any, op: str, where: Any) -> bool:
+    """``accumulate`` as a bool, refused when it is not one or when it has no ``out``."""
+    if not isinstance(accumulate, bool):
+        raise ArgumentError(f"{op}: accumulate={accumulate!r} must be True or False", where,
+                            hint="pass accumulate=True to add the product to out=")
+    if accumulate and out is None:
+        raise ArgumentError(f"{op}: accumulate=True adds the product to out=, and out= is "
+                            "missing", where,
+                            hint="pass the tensor to add to as out=, or leave accumulate off")
+    return accumulate
+
+
 def _accumulate(a2: Tensor, b_kn: Tensor, out: Any, shape: tuple, dtype: DType, op: str,
                 workspace: Any) -> DeviceOp:
     """``out += a2 @ b_kn`` (``_run`` with ``accumulate``): added by the one-row GEMV's own
-    store, else by a second launch (:func:`add_into`) of the product written to a new tensor."""
-    if out is None:
-        raise ArgumentError(f"{op}: accumulate=True adds the product to out=, and out= is "
-                            "missing", caller_location(),
-                            hint="pass the tensor to add to as out=, or leave accumulate off")
+    store, else by a second launch (:func:`add_into`) of the product written to a new tensor
+    (so that path allocates, and cannot be recorded into a graph)."""
+    where = caller_location()
     Output(out, shape, dtype, a2.device, op=op)  # (checks out: shape, dtype, device)
     (m, _), n = a2.shape, b_kn.shape[1]
-    flat = out.reshape(m, n)
+    try:
+        flat = out.reshape(m, n)
+    except ValueError as err:
+        raise ArgumentError(f"{op}: out= {tuple(out.shape)} cannot be viewed as ({m}, {n}) "
+                            f"rows ({err})", where,
+                            hint="pass a contiguous out, or out of shape (M, N)") from None
     if path_of(m, n, a2.dtype, False) == "gemv":
         target = _skinny.AccumulatingOutput(flat, (m, n), dtype, a2.device, op=op)
         target.workspace = workspace
@@ -406,9 +423,10 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
         accumulate: add the product to ``out`` (required) instead of writing over it, as a
             residual connection does: ``out = round(out + round(a @ b.T))``, the product
             rounded to ``out``'s dtype, then the sum (a torch add of the written product).
-            At one row the GEMV's own store adds (no second launch); otherwise a second
-            launch adds the product written to a new tensor. ``out`` is borrowed exclusively
-            by the launch, so it must not share memory with ``a`` or ``b``.
+            At one row the GEMV's own store adds (no second launch, and with a workspace
+            the call records into a graph); otherwise a second launch adds the product
+            written to a new tensor (allocated per call). ``out`` is borrowed exclusively by
+            the launch, so it must not share memory with ``a``, ``b`` or ``workspace``.
 
     Returns:
         A DeviceOp whose result is the (..., N) output (``out`` itself when given). Torch
@@ -424,7 +442,7 @@ def matmul(a: Any, b: Any, *, b_layout: str = "nk", out_dtype: Optional[DType] =
     a2, b_kn, lead = _operands(a, b, b_layout, MATMUL_DTYPES, "matmul", where)
     dtype = _out_dtype(out_dtype, a2.dtype, "matmul", where)
     return _run(a2, b_kn, lead, out, dtype, "matmul", workspace=workspace,
-                accumulate=bool(accumulate))
+                accumulate=_check_accumulate(accumulate, out, "matmul", where))
 
 
 @accepts_torch
@@ -468,17 +486,16 @@ def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any =
     gate, up = gate_up[:, :half], gate_up[:, half:]
     a2, b_kn, _ = _operands(gate, b, "nk", MATMUL_DTYPES, op, where)
     (m, _), n = a2.shape, b_kn.shape[1]
-    if accumulate and out is None:
-        raise ArgumentError(f"{op}: accumulate=True adds the product to out=, and out= is "
-                            "missing", where,
-                            hint="pass the tensor to add to as out=, or leave accumulate off")
+    accumulate = _check_accumulate(accumulate, out, op, where)
+    result = Output(out, (m, n), a2.dtype, a2.device, op=op)  # (checked before any launch)
     config = _one_launch_config(a2, b_kn, op)
     if config is not None:
-        result = Output(out, (m, n), a2.dtype, a2.device, op=op)
         kernel = with_occupancy(gemv_rows_silu_mul, config)
         return kernel(result.partition((1, int(config["BN"]))), gate, up, b_kn.T,
-                      BK=int(config["BK"]), ACC=bool(accumulate)).then(
+                      BK=int(config["BK"]), ACC=accumulate).then(
                           lambda r: result.tensor(r.z))
+    if activations is not None:
+        Output(activations, (m, half), a2.dtype, a2.device, name="activations", op=op)
     return silu_mul(gate_up, out=activations).then(
         lambda act: matmul(act, b, out=out, workspace=workspace, accumulate=accumulate))
 
@@ -506,7 +523,9 @@ def rms_norm_matmul(x: Any, norm_weight: Any, b: Any, *, eps: float = 1e-6, out:
         out: an ``(M, N)`` output to write in place; default a new one.
         normed: ``(M, K)`` scratch of ``x``'s dtype for the two-launch form (allocated when
             it is needed and left out). With ``out``, ``workspace`` and this, a call
-            allocates nothing and records into a ``ts.CudaGraph``.
+            allocates nothing and records into a ``ts.CudaGraph`` (with ``norm_weight=None``
+            the two-launch form reads a unit weight made on its first use for that K, dtype
+            and device).
         workspace: as ``matmul``'s.
 
     Returns:
@@ -518,22 +537,40 @@ def rms_norm_matmul(x: Any, norm_weight: Any, b: Any, *, eps: float = 1e-6, out:
             or ``normed`` of another shape or dtype; nothing is launched.
     """
     op, where = "rms_norm_matmul", caller_location()
-    a2, b_kn, _ = _operands(x, b, "nk", MATMUL_DTYPES, op, where)
-    weighted = norm_weight is not None
+    a2, b_kn, lead = _operands(x, b, "nk", MATMUL_DTYPES, op, where, a_name="x")
+    if len(lead) != 1:
+        raise ArgumentError(f"{op}: x has shape {lead + (a2.shape[1],)}; it needs (M, K)", where,
+                            hint="reshape x to (M, K) rows (and the result back)")
     (m, k), n = a2.shape, b_kn.shape[1]
+    weighted = norm_weight is not None
     norm = check_vector(norm_weight, "norm_weight", a2, op).reshape((k,)) if weighted else None
     eps = _check_eps(eps, op)
-    config = _one_launch_config(a2, b_kn, op)
-    if config is not None and _pow2_at_least(k) <= MAX_ROW_TILE:
-        result = Output(out, (m, n), a2.dtype, a2.device, op=op)
+    # (every output checked before anything is launched)
+    result = Output(out, (m, n), a2.dtype, a2.device, op=op)
+    if normed is not None:
+        Output(normed, (m, k), a2.dtype, a2.device, name="normed", op=op)
+    config = _one_launch_config(a2, b_kn, op) if _pow2_at_least(k) <= MAX_ROW_TILE else None
+    if config is not None:
         kernel = with_occupancy(gemv_rows_normed, config)
         return kernel(result.partition((1, int(config["BN"]))), a2,
                       norm if weighted else a2.reshape((k,)), b_kn.T, float(k), eps,
                       BK=int(config["BK"]), KP=_pow2_at_least(k), WEIGHTED=weighted).then(
                           lambda r: result.tensor(r.z))
-    unit = norm_weight if weighted else full((k,), 1.0, dtype=a2.dtype, device=a2.device).sync()
+    unit = norm_weight if weighted else _unit_weight(k, a2.dtype, a2.device)
     return rms_norm(a2, unit, eps=eps, out=normed).then(
         lambda rows: matmul(rows, b, out=out, workspace=workspace))
+
+
+#: (K, dtype, device) -> a (K,) tensor of ones: the unit weight of ``rms_norm_matmul``'s
+#: two-launch form, made once (so that a call made while a graph records allocates nothing)
+_UNIT_WEIGHTS: dict = {}
+
+
+def _unit_weight(k: int, dtype: DType, device: Any) -> Tensor:
+    key = (k, dtype.name, str(device))
+    if key not in _UNIT_WEIGHTS:
+        _UNIT_WEIGHTS[key] = full((k,), 1.0, dtype=dtype, device=device).sync()
+    return _UNIT_WEIGHTS[key]
 
 
 def _one_launch_config(a2: Tensor, b_kn: Tensor, op: str) -> Optional[dict]:

@@ -520,7 +520,7 @@ class _DecodeStep:
         self.offset = zeros((1,), int64, device=dev).sync()
         #: the engine state (lengths, draws) the device inputs stand for after the last replay
         self.at: Any = None
-        x, h, o, mlp = (buffer(n, hid) for _ in range(4))
+        x, h = buffer(n, hid), buffer(n, hid)
         if n == 1:  # one GEMV of the stacked q/k/v rows; the heads are views of its output
             qkv = buffer(1, (hq + 2 * hkv) * d)
             q = qkv[:, :hq * d].reshape(hq, d)
@@ -545,15 +545,19 @@ class _DecodeStep:
         def mm(a, weight, out):
             return K.matmul(a, weight, out=out, workspace=mm_work)
 
-        def normed_mm(norm, weight, out):  # (fused: x normalized by the product's launch)
-            folded = engine.folded_norms and norm.endswith(tuple(FOLDED_NORMS.values()))
-            return K.rms_norm_matmul(x, None if folded else w[norm], weight, eps=eps,
-                                     out=out, workspace=mm_work)
+        def normed_mm(scale, weight, out):  # (x normalized by the product's launch)
+            return K.rms_norm_matmul(x, scale, weight, eps=eps, out=out, normed=h,
+                                     workspace=mm_work)
+
+        def layer_norm_weight(name):  # (None: folded into the projection, FOLDED_NORMS)
+            return None if engine.folded_norms else w[name]
         # one sequence on one rank: the residual adds are the o and down projections' own
-        # stores (accumulate) and each norm is taken by the projection that reads it, so
-        # neither the add + norm launches nor h, o and mlp are needed; otherwise (a batch's
-        # mma path, or partial products summed over the ranks first) add_rms_norm does both
+        # stores (accumulate) and each norm is taken by the projection that reads it (``h``
+        # only the scratch of a two-launch GEMV config), so there are no add + norm launches;
+        # otherwise (a batch's mma path, or partial products summed over the ranks first)
+        # add_rms_norm does both, into ``o`` and ``mlp``
         fused = n == 1 and engine.ranks == 1
+        o, mlp = (None, None) if fused else (buffer(n, hid), buffer(n, hid))
         graph = _Recorder(engine)
         graph.record(K.embedding(self.token, w["model.embed_tokens.weight"], out=x))
         if not fused:
@@ -564,7 +568,8 @@ class _DecodeStep:
             cache_k, cache_v = engine.cache[layer]
             stacked = w[at + "self_attn.qkv_proj.weight"]
             if fused:
-                graph.record(normed_mm(at + "input_layernorm.weight", stacked, qkv))
+                graph.record(normed_mm(layer_norm_weight(at + "input_layernorm.weight"),
+                                       stacked, qkv))
             elif n == 1:
                 graph.record(mm(h, stacked, qkv))
             else:
@@ -585,7 +590,7 @@ class _DecodeStep:
                 graph.record(K.matmul(attended.reshape(n, hq * d),
                                       w[at + "self_attn.o_proj.weight"], out=x,
                                       accumulate=True, workspace=mm_work))
-                graph.record(normed_mm(at + "post_attention_layernorm.weight",
+                graph.record(normed_mm(layer_norm_weight(at + "post_attention_layernorm.weight"),
                                        w[at + "mlp.gate_up_proj.weight"], gate_up))
                 graph.record(K.silu_mul_matmul(gate_up, w[at + "mlp.down_proj.weight"],
                                                activations=act, out=x, workspace=mm_work,
@@ -604,7 +609,7 @@ class _DecodeStep:
                          if layer + 1 < c.num_hidden_layers else "model.norm.weight")
             graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
         if fused:
-            graph.record(normed_mm("model.norm.weight", w["lm_head.weight"], self.logits))
+            graph.record(normed_mm(w["model.norm.weight"], w["lm_head.weight"], self.logits))
         else:
             graph.record(mm(h, w["lm_head.weight"], self.logits))
         if sampling.greedy:  # the next step's input
