@@ -306,6 +306,9 @@ GEMV_CONFIGS = (
     {"BN": 64, "BK": 128, "slices": 1, "occupancy": 2},
     {"BN": 32, "BK": 256, "slices": 1},
     {"BN": 16, "BK": 512, "slices": 1, "occupancy": 4},
+    {"BN": 8, "BK": 1024, "slices": 1, "occupancy": 2},
+    {"BN": 8, "BK": 1024, "slices": 1, "occupancy": 4},
+    {"BN": 8, "BK": 512, "slices": 1, "occupancy": 4},
     {"BN": 32, "BK": 256, "waves": 2, "occupancy": 2},
     {"BN": 64, "BK": 128, "waves": 2, "occupancy": 2},
 )
