@@ -560,3 +560,27 @@ def test_fused_products_refuse_bad_outputs_before_launching():
     crossed = ts.zeros((2, 2, 8), ts.bfloat16).sync().permute(1, 0, 2)  # (no (4, 8) view)
     _refused(lambda: matmul(x4, w, out=crossed, accumulate=True),
              r"matmul: out= \(2, 2, 8\) cannot be viewed as \(4, 8\) rows")
+
+
+def test_accumulate_into_a_torch_residual_and_through_an_alias():
+    """A torch residual is added to in place (its own tensor handed back); a torch view of
+    the same memory passed as the input is refused by the launch, the residual untouched."""
+    torch = pytest.importorskip("torch")
+    from tilesafe.kernels import rms_norm_matmul
+    rng = np.random.default_rng(5)
+    residual = torch.from_numpy(rng.standard_normal((1, 64)).astype(np.float32)).to(torch.bfloat16)
+    weight = torch.from_numpy(rng.standard_normal((64, 64)).astype(np.float32) / 8).to(
+        torch.bfloat16)
+    a = torch.from_numpy(rng.standard_normal((1, 64)).astype(np.float32)).to(torch.bfloat16)
+    before = residual.clone()
+    got = matmul(a, weight, out=residual, accumulate=True)
+    assert got is residual
+    product = (a.float() @ weight.float().T).to(torch.bfloat16)
+    assert torch.allclose(residual.float(), (before.float() + product.float()), rtol=2 ** -7,
+                          atol=2 ** -6)
+    kept = residual.clone()
+    with pytest.raises(ts.AliasingError, match="overlap in memory"):
+        matmul(residual[:, :64], weight, out=residual, accumulate=True)  # (a view of out)
+    assert torch.equal(residual, kept)
+    normed = rms_norm_matmul(residual, None, weight)  # (torch in, torch out)
+    assert isinstance(normed, torch.Tensor) and normed.shape == (1, 64)
