@@ -465,7 +465,7 @@ def _tensor_parallel(config: Qwen3Config, ranks: Any, group: Any) -> tuple[int, 
     return ranks, dist.get_rank(group), group
 
 
-@kernel
+@kernel(examples=[{"T": tc.bf16, "R": 4, "C": 1024}])
 def _scale_columns(w: tc.MutTensor["T", ("R", "C")], scale: tc.Tensor["T", (1, -1)]):  # noqa: F821
     """``w = round(w * scale)`` in place: each column of the rows it covers times the
     column's element of ``scale`` (a float32 product, rounded once)."""
