@@ -83,3 +83,24 @@ def test_the_ops_trace_into_torch_compile_without_a_break():
                 torch.randn(4, 32, generator=g))
     compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
     assert torch.allclose(compiled(x, w, up), block(x, w, up))
+
+
+def test_the_fused_products_as_torch_ops():
+    """``silu_mul_matmul``, ``rms_norm_matmul`` (a norm weight or None) and
+    ``matmul_accumulate`` (the residual written in place) equal their unfused ops."""
+    g = torch.Generator().manual_seed(4)
+    gate_up = torch.randn(1, 64, generator=g).to(torch.bfloat16)
+    w = (torch.randn(24, 32, generator=g) / 4).to(torch.bfloat16)
+    got = _fake_matches(T.silu_mul_matmul, gate_up, w)
+    assert torch.equal(got, T.matmul(T.silu_mul(gate_up, None), w, None))
+    x = torch.randn(1, 32, generator=g).to(torch.bfloat16)
+    scale = (1 + torch.randn(32, generator=g) / 4).to(torch.bfloat16)
+    got = _fake_matches(T.rms_norm_matmul, x, scale, w, 1e-6)
+    assert torch.equal(got, T.matmul(T.rms_norm(x, scale, 1e-6), w, None))
+    unit = _fake_matches(T.rms_norm_matmul, x, None, w, 1e-6)
+    assert torch.equal(unit, T.matmul(T.rms_norm(x, torch.ones_like(scale), 1e-6), w, None))
+    residual = torch.randn(1, 24, generator=g).to(torch.bfloat16)
+    before = residual.clone()
+    assert _fake_matches(T.matmul_accumulate, x, w, residual) is None
+    product = T.matmul(x, w, None)
+    assert torch.equal(residual, (before.float() + product.float()).to(torch.bfloat16))

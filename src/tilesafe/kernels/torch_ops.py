@@ -5,7 +5,8 @@ function as ``torch.ops.tilesafe.<name>`` (``torch.library.custom_op``), with a 
 torch surface (``_torch``): DLPack in and out, torch's current stream, no host wait.
 
 Ops that write their arguments in place declare them (``mutates_args``): ``add_rms_norm``
-(the residual), ``rope`` (q and k), ``kv_cache_update`` (the caches).
+(the residual), ``rope`` (q and k), ``kv_cache_update`` (the caches), ``matmul_accumulate``
+(``matmul(a, b, out=residual, accumulate=True)``: the residual).
 
 Imports torch (this module is only imported by users who want the operators)."""
 
@@ -16,8 +17,8 @@ from typing import Optional
 import torch
 
 from . import (add_rms_norm, argmax, decode_attention, embedding, flash_attention, gelu,
-               kv_cache_update, layer_norm, matmul, rms_norm, rope, sample, scaled_matmul,
-               silu_mul, softmax)
+               kv_cache_update, layer_norm, matmul, rms_norm, rms_norm_matmul, rope, sample,
+               scaled_matmul, silu_mul, silu_mul_matmul, softmax)
 from ..dtypes import as_dtype
 
 LIBRARY = "tilesafe"
@@ -183,6 +184,37 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[torch.dtype]
 @matmul_op.register_fake
 def _(a, b, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[0]), dtype=out_dtype or a.dtype)
+
+
+@_op("matmul_accumulate", mutates=("residual",))
+def matmul_accumulate_op(a: torch.Tensor, b: torch.Tensor, residual: torch.Tensor) -> None:
+    matmul(a, b, out=residual, accumulate=True)
+
+
+@matmul_accumulate_op.register_fake
+def _(a, b, residual):
+    return None
+
+
+@_op("silu_mul_matmul")
+def silu_mul_matmul_op(gate_up: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return silu_mul_matmul(gate_up, b)
+
+
+@silu_mul_matmul_op.register_fake
+def _(gate_up, b):
+    return gate_up.new_empty((gate_up.shape[0], b.shape[0]))
+
+
+@_op("rms_norm_matmul")
+def rms_norm_matmul_op(x: torch.Tensor, norm_weight: Optional[torch.Tensor], b: torch.Tensor,
+                       eps: float) -> torch.Tensor:
+    return rms_norm_matmul(x, norm_weight, b, eps=eps)
+
+
+@rms_norm_matmul_op.register_fake
+def _(x, norm_weight, b, eps):
+    return x.new_empty((x.shape[0], b.shape[0]))
 
 
 @_op("scaled_matmul")
