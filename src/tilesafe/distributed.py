@@ -156,8 +156,8 @@ class _CollectiveOp(DeviceOp):
                  writes: Sequence[tuple[str, Tensor]], where: Location, call: Any,
                  result: Tensor, group: Any = None):
         tensors = [t for _, t in (*reads, *writes)]
-        super().__init__(None, f"{name}({', '.join(f'{t.shape} {t.dtype.short}' for t in tensors)}) "
-                         f"created at {where}", tensors[0].device)
+        shapes = ", ".join(f"{t.shape} {t.dtype.short}" for t in tensors)
+        super().__init__(None, f"{name}({shapes}) created at {where}", tensors[0].device)
         self._name, self._tensors, self._call, self._result = name, tensors, call, result
         self._where, self._group = where, group
         self._borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it")
@@ -366,8 +366,7 @@ def _reduce_op(op: str, where: Location) -> Any:
     if op not in REDUCE_OPS:
         raise ArgumentError(f"unknown reduction {op!r}", where,
                             hint="one of " + ", ".join(REDUCE_OPS))
-    names = {"sum": "SUM", "product": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
-    return lambda dist: getattr(dist.ReduceOp, names[op])
+    return lambda dist: getattr(dist.ReduceOp, op.upper())
 
 
 def _initialized(name: str, where: Location) -> Any:

@@ -57,7 +57,7 @@ from ..errors import ArgumentError
 from ._outputs import Output
 from ._rowwise import WarpVariants
 from .activations import silu_gated
-from .norms import _rms_scale
+from .norms import _rms_apply, _rms_scale
 
 #: SMs of the GPU the split-K choice plans for (an H100 SXM)
 SM_COUNT = 132
@@ -189,11 +189,12 @@ def gemv_rows_normed(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -1
     acc = tc.zeros((BN, BK), tc.f32)
     for k in range(tc.num_tiles(pw, 1)):
         chunk = px.load((0, k))
-        normed = (chunk.astype(tc.f32) * scale).astype(chunk.dtype)
         if WEIGHTED:
             columns = (k * BK + tc.arange(BK, tc.i32)).reshape((1, BK))
             weight = tc.gather(norm, columns, padding=0)
-            normed = (normed.astype(tc.f32) * weight.astype(tc.f32)).astype(chunk.dtype)
+            normed = _rms_apply(chunk.astype(tc.f32), scale, weight, chunk.dtype)
+        else:
+            normed = (chunk.astype(tc.f32) * scale).astype(chunk.dtype)
         acc = acc + pw.load((j, k)).astype(tc.f32) * normed.astype(tc.f32)
     z.store(acc.sum(1).reshape((1, BN)).astype(z.dtype))
 

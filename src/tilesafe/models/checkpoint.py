@@ -204,21 +204,15 @@ def random_weights(shapes: Iterable[tuple[str, tuple[int, ...]]], dtype: Any, *,
     def start(index: int, name: str, shape: tuple[int, ...]) -> tuple[str, np.ndarray, list]:
         array = np.empty(shape, dtype)
         flat, norm = array.reshape(-1), is_norm(name)
-        jobs = [(flat, index, c, norm) for c in range(-(-flat.size // chunk))]
-        if pool is not None:
-            return name, array, [pool.submit(fill, *job) for job in jobs]
-        return name, array, jobs
+        return name, array, [pool.submit(fill, flat, index, c, norm)
+                             for c in range(-(-flat.size // chunk))]
 
     def finish(name: str, array: np.ndarray, work: list) -> tuple[str, np.ndarray]:
         for job in work:
-            if pool is not None:
-                job.result()
-            else:
-                fill(*job)
+            job.result()
         return name, array
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="random-weights") if workers > 1 \
-        else None
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="random-weights")
     try:
         pending = None
         for index, (name, shape) in enumerate(shapes):
@@ -229,8 +223,7 @@ def random_weights(shapes: Iterable[tuple[str, tuple[int, ...]]], dtype: Any, *,
         if pending is not None:
             yield finish(*pending)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def directory_bytes(shapes: Iterable[tuple[str, tuple[int, ...]]], itemsize: int) -> int:

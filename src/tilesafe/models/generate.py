@@ -164,7 +164,7 @@ def _join_ranks(args: argparse.Namespace) -> int:
                             hint=f"torchrun --nproc-per-node {args.tp} -m tilesafe generate ...")
     import torch.distributed as dist
     on_cpu = args.device == "cpu"
-    if args.device is None and not on_cpu:
+    if args.device is None:
         args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
     if not on_cpu:
         import torch

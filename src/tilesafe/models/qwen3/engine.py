@@ -549,7 +549,7 @@ class _DecodeStep:
             return K.rms_norm_matmul(x, scale, weight, eps=eps, out=out, normed=h,
                                      workspace=mm_work)
 
-        def layer_norm_weight(name):  # (None: folded into the projection, FOLDED_NORMS)
+        def norm_scale(name):  # (None: folded into the projection, FOLDED_NORMS)
             return None if engine.folded_norms else w[name]
         # one sequence on one rank: the residual adds are the o and down projections' own
         # stores (accumulate) and each norm is taken by the projection that reads it (``h``
@@ -568,7 +568,7 @@ class _DecodeStep:
             cache_k, cache_v = engine.cache[layer]
             stacked = w[at + "self_attn.qkv_proj.weight"]
             if fused:
-                graph.record(normed_mm(layer_norm_weight(at + "input_layernorm.weight"),
+                graph.record(normed_mm(norm_scale(at + "input_layernorm.weight"),
                                        stacked, qkv))
             elif n == 1:
                 graph.record(mm(h, stacked, qkv))
@@ -590,7 +590,7 @@ class _DecodeStep:
                 graph.record(K.matmul(attended.reshape(n, hq * d),
                                       w[at + "self_attn.o_proj.weight"], out=x,
                                       accumulate=True, workspace=mm_work))
-                graph.record(normed_mm(layer_norm_weight(at + "post_attention_layernorm.weight"),
+                graph.record(normed_mm(norm_scale(at + "post_attention_layernorm.weight"),
                                        w[at + "mlp.gate_up_proj.weight"], gate_up))
                 graph.record(K.silu_mul_matmul(gate_up, w[at + "mlp.down_proj.weight"],
                                                activations=act, out=x, workspace=mm_work,
