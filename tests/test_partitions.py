@@ -297,6 +297,25 @@ def declared_tile(z: tc.MutTensor[tc.f32, ("B", 8)], B: tc.Const[int]):
     z.store(0.0)
 
 
+@ts.kernel
+def rows_and_blocks(z: tc.MutTensor[tc.f32, (4,)], w: tc.MutTensor[tc.f32, (1, 2, 2)]):
+    i, _, _ = tc.get_tile_block_id()
+    z.store(tc.full((4,), i, tc.f32))
+    w.store(tc.full((1, 2, 2), i, tc.f32))
+
+
+def test_partitions_of_fewer_axes_share_the_grid_with_trailing_ones():
+    """A grid (3,) and a grid (3, 1, 1) are one grid: program i owns tile i of each. A grid
+    that differs in a trailing axis is still refused."""
+    z, w = ts.zeros((12,)).sync(), ts.zeros((3, 2, 2)).sync()
+    rows_and_blocks(ts.borrow_mut(z).partition(4), ts.borrow_mut(w).partition((1, 2, 2))).sync()
+    assert np.array_equal(z.numpy(), np.repeat(np.arange(3.0), 4))
+    assert np.array_equal(w.numpy(), np.arange(3.0)[:, None, None] * np.ones((3, 2, 2)))
+    with pytest.raises(PartitionError, match="different grids"):
+        rows_and_blocks(poisoned((12,)).partition(4),
+                        poisoned((3, 4, 2)).partition((1, 2, 2))).sync()
+
+
 def test_partition_launch_errors():
     with pytest.raises(PartitionError, match="different grids"):
         two_outputs(poisoned((8, 8)).partition((4, 4)),

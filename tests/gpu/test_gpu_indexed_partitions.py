@@ -117,6 +117,36 @@ def test_a_device_produced_repeat_is_refused_with_nothing_written():
     assert np.array_equal(_table(cache)[10:26:2], data)
 
 
+@ts.kernel
+def write_rows_and_copy(cache: tc.MutTensor[tc.f32, (64,)], copy: tc.MutTensor[tc.f32, (64,)],
+                        rows: tc.Tensor[tc.f32, (-1,)]):
+    """An indexed partition beside an ordinary one: program i writes row i to its slot of the
+    cache and to row i of ``copy``."""
+    i, _, _ = tc.get_tile_block_id()
+    row = rows.partition((64,)).load(i)
+    cache.store(row)
+    copy.store(row * 2.0)
+
+
+def test_failed_positions_leave_every_output_of_the_launch_unwritten():
+    """Rule 11's "nothing written" covers the launch's other outputs too, as on the
+    interpreter: the kernel's body runs only where the positions passed."""
+    for device in ("cpu", GPU):
+        data, rows = _rows(8, device)
+        cache = _cache(device)
+        copy = ts.full((8 * 64,), SENTINEL, ts.float32, device=device).sync()
+        bad = ts.tensor(np.array([1, 2, 3, 2, 5, 6, 7, 0], np.int32), device=device).sync()
+        with pytest.raises(PositionsError, match="names the same tile"):
+            write_rows_and_copy(ts.borrow_mut(cache).partition(64, at=bad),
+                                ts.borrow_mut(copy).partition(64), rows).sync()
+        assert np.all(cache.numpy() == SENTINEL) and np.all(copy.numpy() == SENTINEL), device
+        good = ts.tensor(np.arange(8, dtype=np.int32)[::-1].copy(), device=device).sync()
+        write_rows_and_copy(ts.borrow_mut(cache).partition(64, at=good),
+                            ts.borrow_mut(copy).partition(64), rows).sync()
+        assert np.array_equal(_table(cache)[7::-1], data)
+        assert np.array_equal(copy.numpy().reshape(8, 64), data * 2)
+
+
 def test_a_graph_replay_validates_the_positions_each_time():
     data, rows = _rows(8, GPU)
     cache = _cache(GPU)

@@ -358,14 +358,14 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
     if not grids:
         raise ArgumentError(f"kernel '{kernel_name}' has no partitioned output to infer the "
                             f"grid from", where, hint="pass one: kernel.launch(*args, grid=(n,))")
-    distinct = set(grids.values())
+    # (a grid of fewer axes is the same grid with trailing axes of 1: (n,) is (n, 1, 1))
+    distinct = {tuple(g) + (1,) * (3 - len(g)) for g in grids.values()}
     if len(distinct) > 1:
         listing = ", ".join(f"'{n}': {g}" for n, g in grids.items())
         raise PartitionError(f"partitions of '{kernel_name}' have different grids ({listing})",
                              where, hint="every MutTensor output must have the same number of "
                              "tiles per axis")
-    g = distinct.pop()
-    return _within_limits(tuple(g) + (1,) * (3 - len(g)), kernel_name, where)
+    return _within_limits(distinct.pop(), kernel_name, where)
 
 
 GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)  # a CUDA grid's extent per axis

@@ -100,12 +100,18 @@ from ....errors import CompileError
 from ..bytecode import (I8, I32, I64, Bounded, ComparisonPredicate, DivBy, ModuleBuilder, PointerType,
                         Signedness, TileType, Value)
 from .context import PADDING, LoweringContext, Positions, TensorArg, memory_type, scalar_type
+from .checks import negate
 from .positions import own_positions
 from .context import source_location
 from .memory import view_requests
 
 __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
            "Facts", "FAULT_RECORD"]
+
+#: the ops that write memory other than through a partition's own tile (``mut_store``): a
+#: kernel with an indexed partition and one of these runs its body only where the positions
+#: passed (``lower/positions.py``)
+_OTHER_WRITES = frozenset({"mapped_store", "atomic_rmw", "ptr_store"})
 
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
@@ -401,7 +407,19 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
                          tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))
     _make_views(lw)
-    lw.lower_block(kernel.body)
+    if lw.positions_failed:  # (rule 11: a launch whose positions fail writes nothing at all)
+        failed = lw.positions_failed[0]
+        for more in lw.positions_failed[1:]:
+            failed = fn.ori(failed, more)
+        lw.positions_verdict = failed
+    if lw.positions_verdict is not None and names & _OTHER_WRITES:
+        # writes not through a partition's own tile: the whole body waits for the verdict
+        def body() -> None:
+            lw.lower_block(kernel.body)
+            fn.yield_()
+        fn.if_(negate(lw, lw.positions_verdict), body, fn.yield_)
+    else:  # (each ordinary partition's store is moved off the grid on a failed verdict)
+        lw.lower_block(kernel.body)
     if lw.debug:
         fn.set_location(None)
     fn.return_()

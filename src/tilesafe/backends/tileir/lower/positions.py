@@ -8,7 +8,10 @@ compared with the next: a KV cache's slots, a contiguous range), else by compari
 with itself and every later chunk. Every
 program reaches the same verdict from the same memory, so either every program writes its tile
 or none writes anything: a failed launch sets its own index outside the tile grid, where the
-bounds-checked view masks every store (and loads read padding). The first program to fail then
+bounds-checked view masks every store (and loads read padding); the kernel's ordinary
+partitions then store off their grids too (``lower/memory.py``), and a kernel that also writes
+through mapped partitions, atomics or pointers runs its body only where the positions passed
+(``lower/kernel.py``): the launch writes nothing, as on every device. The first program to fail then
 reports the smallest failing row to the kernel's fault record (``lower/checks.py``): word 1 the
 row, words 4.. its coordinates, words 7.. the tile grid, word 10 the kind (1: outside the
 grid, 2: it repeats an earlier row).
@@ -163,6 +166,7 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
     is_outside = fn.cmpi(ComparisonPredicate.NE, outside_row, none, signedness=_SIGNED)
     is_repeat = fn.cmpi(ComparisonPredicate.NE, repeat_row, none, signedness=_SIGNED)
     failed = fn.ori(is_outside, is_repeat)
+    lw.positions_failed.append(failed)
     _report(lw, z, site, failed, fn.select(is_outside, outside_row, repeat_row), is_outside,
             rank, grid)
     program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
