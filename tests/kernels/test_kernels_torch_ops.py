@@ -74,6 +74,23 @@ def test_rope_with_qk_norm_as_a_torch_op_rotates_in_place():
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
 
+def test_rope_kv_cache_update_as_a_torch_op_writes_the_caches():
+    from tilesafe.kernels import rope_cache
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 4, 8, generator=g), torch.randn(2, 2, 8, generator=g),
+               torch.randn(2, 2, 8, generator=g))
+    table = torch.from_numpy(rope_cache(16, 8).sync().numpy())
+    positions, slots = torch.tensor([3, 11]), torch.tensor([4, 0])
+    cache_k, cache_v = torch.zeros(5, 2, 8), torch.zeros(5, 2, 8)
+    q_out = T.rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v, slots, "neox")
+    want_q, want_k = q.clone(), k.clone()
+    T.rope(want_q, want_k, table, positions, "neox")
+    assert torch.equal(q_out, want_q) and torch.equal(cache_k[[4, 0]], want_k)
+    assert torch.equal(cache_v[[4, 0]], v) and bool((cache_k[1:4] == 0).all())
+    assert _fake_matches(T.rope_kv_cache_update, q, k, v, table, positions, cache_k.clone(),
+                         cache_v.clone(), slots, "neox").shape == q.shape
+
+
 def test_the_ops_trace_into_torch_compile_without_a_break():
     def block(x, w, up):
         h = T.rms_norm(x, w, 1e-6)

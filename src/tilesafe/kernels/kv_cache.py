@@ -141,6 +141,67 @@ def _coordinates(workspace: Optional[Tensor], tokens: int, rank: int, slots: Ten
                   op="kv_cache_update")
 
 
+def checked_arguments(op: str, cache_k: Any, cache_v: Any, k: Any, v: Any, slots: Any,
+                      layout: str) -> tuple:
+    """``kv_cache_update``'s tensors checked (what its docstring says of each; ``k`` and ``v``
+    may be strided, see :func:`contiguous`), each failure an ``ArgumentError`` naming ``op``:
+    ``(cache_k, cache_v, k, v, slots, head_major)``."""
+    if layout not in LAYOUTS:
+        raise args.fail(op, f"layout={layout!r} is not one of {', '.join(map(repr, LAYOUTS))}",
+                        "pass layout='hnd' (batch, kv_heads, max_len, head_dim) or "
+                        "layout='nhd' (num_slots, kv_heads, head_dim)")
+    cache_k = args.tensor(op, "cache_k", cache_k, CACHE_DTYPES, min_rank=3)
+    cache_v = args.tensor(op, "cache_v", cache_v, CACHE_DTYPES, min_rank=3)
+    k = args.tensor(op, "k", k, CACHE_DTYPES, rank=3)
+    v = args.tensor(op, "v", v, CACHE_DTYPES, rank=3)
+    slots = args.tensor(op, "slots", slots, args.INDEX_DTYPES, rank=1)
+    args.same_device(op, [("cache_k", cache_k), ("cache_v", cache_v), ("k", k), ("v", v),
+                          ("slots", slots)])
+    head_major = layout == "hnd"
+    if head_major and cache_k.ndim != 4:
+        raise args.fail(op, f"cache_k has shape {tuple(cache_k.shape)}; layout 'hnd' is "
+                        "(batch, kv_heads, max_len, head_dim)",
+                        "pass a 4-D cache, or layout='nhd' for (num_slots, kv_heads, head_dim)")
+    if not head_major and cache_k.ndim > 4:
+        raise args.fail(op, f"cache_k has shape {tuple(cache_k.shape)}; layout 'nhd' is "
+                        "(num_slots, kv_heads, head_dim) or (num_blocks, block_size, kv_heads, "
+                        "head_dim)", "reshape the cache to one of those layouts")
+    for name, x in (("cache_v", cache_v), ("k", k), ("v", v)):
+        if x.dtype != cache_k.dtype:
+            raise args.fail(op, f"{name} has dtype {x.dtype.name}, cache_k {cache_k.dtype.name}",
+                            f"convert {name} to {cache_k.dtype.name}")
+    if tuple(cache_v.shape) != tuple(cache_k.shape):
+        raise args.fail(op, f"cache_v has shape {tuple(cache_v.shape)}, cache_k "
+                        f"{tuple(cache_k.shape)}", "pass key and value caches of one shape")
+    if tuple(v.shape) != tuple(k.shape):
+        raise args.fail(op, f"v has shape {tuple(v.shape)}, k {tuple(k.shape)}",
+                        "pass keys and values of one shape")
+    row = (cache_k.shape[1], cache_k.shape[3]) if head_major else tuple(cache_k.shape[-2:])
+    if tuple(k.shape[1:]) != row:
+        raise args.fail(op, f"k has shape {tuple(k.shape)}; the cache holds rows of "
+                        f"(kv_heads, head_dim) = {row}",
+                        "pass k and v as (tokens, kv_heads, head_dim) of the cache's heads")
+    if head_major and row[1] != args.pow2(row[1]):
+        raise args.fail(op, f"head_dim={row[1]} is not a power of two (layout 'hnd' writes "
+                        "each head's row as one tile)", "use layout='nhd' for this head size")
+    if slots.shape[0] != k.shape[0]:
+        raise args.fail(op, f"slots has {slots.shape[0]} entries for {k.shape[0]} tokens",
+                        "pass one slot per token")
+    for name, x in (("cache_k", cache_k), ("cache_v", cache_v), ("k", k), ("v", v)):
+        args.nonempty(op, name, x)
+    contiguous(op, (("cache_k", cache_k), ("cache_v", cache_v)))
+    return cache_k, cache_v, k, v, slots, head_major
+
+
+def contiguous(op: str, named: Any) -> None:
+    """An ``ArgumentError`` naming ``op`` for the first of the ``(name, tensor)`` pairs that is
+    not contiguous."""
+    for name, x in named:
+        if not x.is_contiguous:
+            raise args.fail(op, f"{name} is not contiguous (strides {tuple(x.strides)})",
+                            f"pass a contiguous {name} ({name}.clone())")
+
+
 @accepts_torch
 def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
                     slots: Tensor, *, layout: str = "hnd",
@@ -186,52 +247,9 @@ def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
             ``[0, num_slots)``; nothing is written then.
     """
     op = "kv_cache_update"
-    if layout not in LAYOUTS:
-        raise args.fail(op, f"layout={layout!r} is not one of {', '.join(map(repr, LAYOUTS))}",
-                        "pass layout='hnd' (batch, kv_heads, max_len, head_dim) or "
-                        "layout='nhd' (num_slots, kv_heads, head_dim)")
-    cache_k = args.tensor(op, "cache_k", cache_k, CACHE_DTYPES, min_rank=3)
-    cache_v = args.tensor(op, "cache_v", cache_v, CACHE_DTYPES, min_rank=3)
-    k = args.tensor(op, "k", k, CACHE_DTYPES, rank=3)
-    v = args.tensor(op, "v", v, CACHE_DTYPES, rank=3)
-    slots = args.tensor(op, "slots", slots, args.INDEX_DTYPES, rank=1)
-    args.same_device(op, [("cache_k", cache_k), ("cache_v", cache_v), ("k", k), ("v", v),
-                          ("slots", slots)])
-    head_major = layout == "hnd"
-    if head_major and cache_k.ndim != 4:
-        raise args.fail(op, f"cache_k has shape {tuple(cache_k.shape)}; layout 'hnd' is "
-                        "(batch, kv_heads, max_len, head_dim)",
-                        "pass a 4-D cache, or layout='nhd' for (num_slots, kv_heads, head_dim)")
-    if not head_major and cache_k.ndim > 4:
-        raise args.fail(op, f"cache_k has shape {tuple(cache_k.shape)}; layout 'nhd' is "
-                        "(num_slots, kv_heads, head_dim) or (num_blocks, block_size, kv_heads, "
-                        "head_dim)", "reshape the cache to one of those layouts")
-    for name, x in (("cache_v", cache_v), ("k", k), ("v", v)):
-        if x.dtype != cache_k.dtype:
-            raise args.fail(op, f"{name} has dtype {x.dtype.name}, cache_k {cache_k.dtype.name}",
-                            f"convert {name} to {cache_k.dtype.name}")
-    if tuple(cache_v.shape) != tuple(cache_k.shape):
-        raise args.fail(op, f"cache_v has shape {tuple(cache_v.shape)}, cache_k "
-                        f"{tuple(cache_k.shape)}", "pass key and value caches of one shape")
-    if tuple(v.shape) != tuple(k.shape):
-        raise args.fail(op, f"v has shape {tuple(v.shape)}, k {tuple(k.shape)}",
-                        "pass keys and values of one shape")
-    row = (cache_k.shape[1], cache_k.shape[3]) if head_major else tuple(cache_k.shape[-2:])
-    if tuple(k.shape[1:]) != row:
-        raise args.fail(op, f"k has shape {tuple(k.shape)}; the cache holds rows of "
-                        f"(kv_heads, head_dim) = {row}",
-                        "pass k and v as (tokens, kv_heads, head_dim) of the cache's heads")
-    if head_major and row[1] != args.pow2(row[1]):
-        raise args.fail(op, f"head_dim={row[1]} is not a power of two (layout 'hnd' writes "
-                        "each head's row as one tile)", "use layout='nhd' for this head size")
-    if slots.shape[0] != k.shape[0]:
-        raise args.fail(op, f"slots has {slots.shape[0]} entries for {k.shape[0]} tokens",
-                        "pass one slot per token")
-    for name, x in (("cache_k", cache_k), ("cache_v", cache_v), ("k", k), ("v", v)):
-        args.nonempty(op, name, x)
-        if not x.is_contiguous:
-            raise args.fail(op, f"{name} is not contiguous (strides {tuple(x.strides)})",
-                            f"pass a contiguous {name} ({name}.clone())")
+    cache_k, cache_v, k, v, slots, head_major = checked_arguments(op, cache_k, cache_v, k, v,
+                                                                  slots, layout)
+    contiguous(op, (("k", k), ("v", v)))
     if coordinates_in_workspace and (not head_major or workspace is None):
         raise args.fail(op, "coordinates_in_workspace=True needs layout='hnd' and the "
                         "workspace= an earlier update filled",

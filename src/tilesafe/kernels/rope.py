@@ -308,46 +308,11 @@ def _heads_per_program(q_heads: int, kv_heads: int) -> tuple[int, int]:
     return args.pow2(q_heads), args.pow2(kv_heads)
 
 
-@accepts_torch
-def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
-         layout: str = "neox", q_out: Optional[Tensor] = None,
-         k_out: Optional[Tensor] = None, q_norm: Optional[Tensor] = None,
-         k_norm: Optional[Tensor] = None, eps: float = 1e-6) -> DeviceOp:
-    """Rotate query and key heads by their tokens' positions (rotary embedding).
-
-    By default ``q`` and ``k`` are rotated in place (one pass over them, what a decode step
-    wants) and the op's result is ``(q, k)`` themselves; with ``q_out=`` and ``k_out=`` they
-    are only read and the rotated heads are written to ``q_out``/``k_out``. One launch rotates
-    both, one program per token (the autotuned config may give several tokens per program).
-
-    Args:
-        q: queries, ``(tokens, heads, head_dim)``, float16/bfloat16/float32; the last two
-            dimensions must be contiguous (a view of a fused QKV buffer whose rows are
-            strided is fine).
-        k: keys, ``(tokens, kv_heads, head_dim)``, same dtype, tokens and head_dim as ``q``.
-        cos_sin_cache: the table of ``rope_cache(max_positions, head_dim, ...)``
-            (``(max_positions, head_dim)``, any float dtype: read in float32).
-        positions: each token's position, ``(tokens,)`` int32 or int64, on the device (a
-            CUDA graph replay reads the values of the moment). A position outside the table
-            raises ``IndexOutOfRangeError`` (on a GPU when the stream is synchronized).
-        layout: ``"neox"`` (rotate halves: Qwen3, Llama, transformers' ``rotate_half``) or
-            ``"gptj"`` (rotate interleaved pairs).
-        q_out, k_out: both ``None`` (in place), or both given: tensors shaped and typed like
-            ``q`` and ``k`` to write instead.
-        q_norm, k_norm: both ``None``, or both given: ``(head_dim,)`` weights of an RMSNorm
-            applied to each query / key head before it is rotated (Qwen3's QK-norm), in the
-            same launch. The result equals ``rms_norm`` of the heads with ``eps`` followed by
-            ``rope``, bit for bit.
-        eps: the RMSNorm's epsilon (used only with ``q_norm``/``k_norm``).
-
-    Returns:
-        A DeviceOp whose result is ``(q, k)`` rotated (or ``(q_out, k_out)``).
-
-    Raises:
-        ArgumentError: a dtype, rank, shape, device or layout that does not fit (the message
-            says which); only one of ``q_out``/``k_out``, or one that does not fit.
-    """
-    op = "rope"
+def checked_arguments(op: str, q: Any, k: Any, cos_sin_cache: Any, positions: Any, layout: str,
+                      q_norm: Any, k_norm: Any, eps: float) -> tuple:
+    """``rope``'s arguments checked (what its docstring says of each), each failure an
+    ``ArgumentError`` naming ``op``: ``(q, k, cos_sin_cache, positions, device, norms)``,
+    ``norms`` None or ``(q_norm, k_norm, eps)``."""
     if layout not in LAYOUTS:
         raise args.fail(op, f"layout={layout!r} is not one of {', '.join(map(repr, LAYOUTS))}",
                         "pass layout='neox' (rotate halves) or layout='gptj' (pairs)")
@@ -397,6 +362,51 @@ def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
         if not float(eps) > 0:
             raise args.fail(op, f"eps={eps} must be positive", "pass the model's rms_norm_eps")
         norms = (weights[0], weights[1], float(eps))
+    return q, k, cache, positions, device, norms
+
+
+@accepts_torch
+def rope(q: Tensor, k: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
+         layout: str = "neox", q_out: Optional[Tensor] = None,
+         k_out: Optional[Tensor] = None, q_norm: Optional[Tensor] = None,
+         k_norm: Optional[Tensor] = None, eps: float = 1e-6) -> DeviceOp:
+    """Rotate query and key heads by their tokens' positions (rotary embedding).
+
+    By default ``q`` and ``k`` are rotated in place (one pass over them, what a decode step
+    wants) and the op's result is ``(q, k)`` themselves; with ``q_out=`` and ``k_out=`` they
+    are only read and the rotated heads are written to ``q_out``/``k_out``. One launch rotates
+    both, one program per token (the autotuned config may give several tokens per program).
+
+    Args:
+        q: queries, ``(tokens, heads, head_dim)``, float16/bfloat16/float32; the last two
+            dimensions must be contiguous (a view of a fused QKV buffer whose rows are
+            strided is fine).
+        k: keys, ``(tokens, kv_heads, head_dim)``, same dtype, tokens and head_dim as ``q``.
+        cos_sin_cache: the table of ``rope_cache(max_positions, head_dim, ...)``
+            (``(max_positions, head_dim)``, any float dtype: read in float32).
+        positions: each token's position, ``(tokens,)`` int32 or int64, on the device (a
+            CUDA graph replay reads the values of the moment). A position outside the table
+            raises ``IndexOutOfRangeError`` (on a GPU when the stream is synchronized).
+        layout: ``"neox"`` (rotate halves: Qwen3, Llama, transformers' ``rotate_half``) or
+            ``"gptj"`` (rotate interleaved pairs).
+        q_out, k_out: both ``None`` (in place), or both given: tensors shaped and typed like
+            ``q`` and ``k`` to write instead.
+        q_norm, k_norm: both ``None``, or both given: ``(head_dim,)`` weights of an RMSNorm
+            applied to each query / key head before it is rotated (Qwen3's QK-norm), in the
+            same launch. The result equals ``rms_norm`` of the heads with ``eps`` followed by
+            ``rope``, bit for bit.
+        eps: the RMSNorm's epsilon (used only with ``q_norm``/``k_norm``).
+
+    Returns:
+        A DeviceOp whose result is ``(q, k)`` rotated (or ``(q_out, k_out)``).
+
+    Raises:
+        ArgumentError: a dtype, rank, shape, device or layout that does not fit (the message
+            says which); only one of ``q_out``/``k_out``, or one that does not fit.
+    """
+    op = "rope"
+    q, k, cache, positions, device, norms = checked_arguments(
+        op, q, k, cos_sin_cache, positions, layout, q_norm, k_norm, eps)
     neox = layout == "neox"
     if q_out is None and k_out is None:
         return _launch(q, k, cache, positions, neox, None, None, norms)

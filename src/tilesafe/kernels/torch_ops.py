@@ -5,8 +5,9 @@ function as ``torch.ops.tilesafe.<name>`` (``torch.library.custom_op``), with a 
 torch surface (``_torch``): DLPack in and out, torch's current stream, no host wait.
 
 Ops that write their arguments in place declare them (``mutates_args``): ``add_rms_norm``
-(the residual), ``rope`` (q and k), ``kv_cache_update`` (the caches), ``matmul_accumulate``
-(``matmul(a, b, out=residual, accumulate=True)``: the residual).
+(the residual), ``rope`` (q and k), ``kv_cache_update`` and ``rope_kv_cache_update`` (the
+caches), ``matmul_accumulate`` (``matmul(a, b, out=residual, accumulate=True)``: the
+residual).
 
 Imports torch (this module is only imported by users who want the operators)."""
 
@@ -17,8 +18,8 @@ from typing import Optional
 import torch
 
 from . import (add_rms_norm, argmax, decode_attention, embedding, flash_attention, gelu,
-               kv_cache_update, layer_norm, matmul, rms_norm, rms_norm_matmul, rope, sample,
-               scaled_matmul, silu_mul, silu_mul_matmul, softmax)
+               kv_cache_update, layer_norm, matmul, rms_norm, rms_norm_matmul, rope,
+               rope_kv_cache_update, sample, scaled_matmul, silu_mul, silu_mul_matmul, softmax)
 from ..dtypes import as_dtype
 
 LIBRARY = "tilesafe"
@@ -151,6 +152,25 @@ def kv_cache_update_op(cache_k: torch.Tensor, cache_v: torch.Tensor, k: torch.Te
 @kv_cache_update_op.register_fake
 def _(cache_k, cache_v, k, v, slots, layout):
     return None
+
+
+@_op("rope_kv_cache_update", mutates=("cache_k", "cache_v"))
+def rope_kv_cache_update_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+                            cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor,
+                            layout: str, q_norm: Optional[torch.Tensor] = None,
+                            k_norm: Optional[torch.Tensor] = None,
+                            eps: float = 1e-6) -> torch.Tensor:
+    q_out, _, _ = rope_kv_cache_update(q, k, v, cos_sin_cache, positions, cache_k, cache_v,
+                                       slots, layout=layout, q_norm=q_norm, k_norm=k_norm,
+                                       eps=eps)
+    return q_out
+
+
+@rope_kv_cache_update_op.register_fake
+def _(q, k, v, cos_sin_cache, positions, cache_k, cache_v, slots, layout, q_norm=None,
+      k_norm=None, eps=1e-6):
+    return torch.empty_like(q)
 
 
 @_op("flash_attention")
