@@ -147,6 +147,30 @@ def test_failed_positions_leave_every_output_of_the_launch_unwritten():
         assert np.array_equal(copy.numpy().reshape(8, 64), data * 2)
 
 
+@ts.kernel
+def write_two_caches(first: tc.MutTensor[tc.f32, (64,)], second: tc.MutTensor[tc.f32, (64,)],
+                     rows: tc.Tensor[tc.f32, (-1,)]):
+    """Two indexed partitions at positions of their own."""
+    i, _, _ = tc.get_tile_block_id()
+    row = rows.partition((64,)).load(i)
+    first.store(row)
+    second.store(row + 1.0)
+
+
+def test_one_failing_indexed_partition_stops_the_other_one_too():
+    """The first partition's positions are fine, the second's repeat: neither is written, on
+    the GPU as on the interpreter."""
+    for device in ("cpu", GPU):
+        data, rows = _rows(4, device)
+        one, two = _cache(device), _cache(device)
+        fine = ts.tensor(np.array([3, 1, 2, 0], np.int32), device=device).sync()
+        repeats = ts.tensor(np.array([5, 6, 5, 7], np.int32), device=device).sync()
+        with pytest.raises(PositionsError, match="'second'.*names the same tile"):
+            write_two_caches(ts.borrow_mut(one).partition(64, at=fine),
+                             ts.borrow_mut(two).partition(64, at=repeats), rows).sync()
+        assert np.all(one.numpy() == SENTINEL) and np.all(two.numpy() == SENTINEL), device
+
+
 def test_a_graph_replay_validates_the_positions_each_time():
     data, rows = _rows(8, GPU)
     cache = _cache(GPU)

@@ -158,13 +158,14 @@ def lower_mut_load(lw: LoweringContext, op: Operation) -> None:
 
 @lowers("mut_store")
 def lower_mut_store(lw: LoweringContext, op: Operation) -> None:
-    """Store the program's own tile. In a kernel with indexed partitions whose positions
-    failed (``lw.positions_verdict``), an ordinary partition's tile is moved off the grid too,
-    where the bounds-checked view masks it: the launch writes nothing (rule 11)."""
+    """Store the program's own tile. In a kernel with indexed partitions where any of their
+    positions failed (``lw.positions_verdict``), every partition's tile is moved off its grid,
+    where the bounds-checked view masks it: an ordinary one's, and an indexed one whose own
+    positions passed. The launch writes nothing (rule 11)."""
     z, tile = lw.operands(op)
     shape = tuple(op.operands[0].type.shape)
     index = _own_index(lw, len(shape), z)
-    if lw.positions_verdict is not None and z.own_index is None:
+    if lw.positions_verdict is not None:
         index = [lw.fn.select(lw.positions_verdict, tile_count(lw, z, axis, size), value)
                  for axis, (value, size) in enumerate(zip(index, shape))]
     store_view(lw, tile, _view(lw, z, shape, "zero"), index, z.dtype, access_hints(op))

@@ -8,8 +8,9 @@ compared with the next: a KV cache's slots, a contiguous range), else by compari
 with itself and every later chunk. Every
 program reaches the same verdict from the same memory, so either every program writes its tile
 or none writes anything: a failed launch sets its own index outside the tile grid, where the
-bounds-checked view masks every store (and loads read padding); the kernel's ordinary
-partitions then store off their grids too (``lower/memory.py``), and a kernel that also writes
+bounds-checked view masks every store (and loads read padding); where any indexed partition of
+the kernel failed, every partition stores off its grid (``lower/memory.py``: the ordinary ones
+and the indexed ones whose positions passed), and a kernel that also writes
 through mapped partitions, atomics or pointers runs its body only where the positions passed
 (``lower/kernel.py``): the launch writes nothing, as on every device. The first program to fail then
 reports the smallest failing row to the kernel's fault record (``lower/checks.py``): word 1 the
