@@ -25,7 +25,7 @@ functions and argument checks) and ``kernels.kv_cache`` (its argument checks).""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from .. import core as tc
 from ..autotune import autotune
@@ -110,7 +110,7 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, cache: Tensor, positions: Tensor,
     ``rows`` the head rows (``(tokens * kv_heads,)``), written first unless ``reuse``."""
     tokens, kv_heads, d = k.shape
     group = q.shape[1] // kv_heads
-    flat = (cache_k.size // d * d,)  # (whole rows: the cache's size is a multiple of d)
+    flat = (cache_k.size,)  # (rows of d: the caches' last axis)
     consts = dict(kv_heads=kv_heads, half=d // 2, NEOX=neox)
 
     def write(at: Tensor) -> DeviceOp:
