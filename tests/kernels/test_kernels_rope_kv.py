@@ -187,6 +187,68 @@ def test_outputs_that_alias_the_inputs_are_refused(rng):
     assert np.array_equal(q.numpy(), before) and np.all(cache_k.numpy() == -1.0)
 
 
+def test_other_paths_to_the_outputs_are_refused_and_a_failed_launch_leaves_them_usable(rng):
+    """Attacks a real program makes by accident: ``q_out`` and a cache imported twice over one
+    buffer (DLPack), a read-only ``.shared()`` result as a cache; and after a launch refused
+    at run time (repeated slots) the same tensors take the next update."""
+    q, k, v = fused_qkv(rng, 2, 4, 2, 8, "float32")
+    table = rope_cache(8, 8).sync()
+    positions, slots = on(np.array([1, 2], np.int32)), on(np.array([3, 0], np.int32))
+    base = ts.full((4 * 2 * 8,), -1.0).sync()
+    cache_k, cache_v = ts.from_dlpack(base).reshape(4, 2, 8), ts.full((4, 2, 8), -2.0).sync()
+    q_out = ts.from_dlpack(base)[:2 * 4 * 8].reshape(2, 4, 8)
+    with pytest.raises(ts.AliasingError, match="'q_out' and 'cache_k' .* overlap in memory"):
+        rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v, slots,
+                             q_out=q_out).sync()
+    assert np.all(base.numpy() == -1.0)
+    read_only = ts.value(ts.full((4, 2, 8), -1.0).sync()).shared().sync()
+    with pytest.raises(ts.BorrowError, match=r"read-only result of \.shared\(\)"):
+        rope_kv_cache_update(q, k, v, table, positions, read_only, cache_v, slots).sync()
+    assert np.all(read_only.numpy() == -1.0) and np.all(cache_v.numpy() == -2.0)
+    q_out = ts.full((2, 4, 8), 7.0).sync()
+    with pytest.raises(ts.PositionsError):
+        rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v,
+                             on(np.array([3, 3], np.int32)), q_out=q_out).sync()
+    rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v, slots,
+                         q_out=q_out).sync()
+    assert np.array_equal(cache_v.numpy()[[3, 0]], v.numpy()) and np.all(q_out.numpy() != 7.0)
+
+
+def test_two_threads_on_one_pair_of_caches_are_refused_never_raced(rng):
+    """Two threads update the same caches at their own slots: a launch while the other
+    thread's is pending is refused (BorrowError) and retried; every row ends right."""
+    import threading
+    import time
+    q, k, v = fused_qkv(rng, 1, 4, 2, 8, "float32")
+    table = rope_cache(16, 8).sync()
+    cache_k, cache_v = caches((16, 2, 8), "float32")
+    failures: list = []
+
+    def work(slots):
+        for slot in slots:
+            at = on(np.array([slot], np.int32))
+            for _ in range(1000):
+                try:
+                    rope_kv_cache_update(q, k, v, table, at, cache_k, cache_v, at).sync()
+                    break
+                except ts.BorrowError:
+                    time.sleep(0.001)
+            else:
+                failures.append(slot)
+    threads = [threading.Thread(target=work, args=(range(i, 16, 2),)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    keys = ts.empty((1, 2, 8)).sync()
+    for slot in range(16):
+        rope(q, k, table, on(np.array([slot], np.int32)), q_out=ts.empty((1, 4, 8)).sync(),
+             k_out=keys).sync()
+        assert np.array_equal(cache_k.numpy()[slot], keys.numpy()[0])
+    assert np.array_equal(cache_v.numpy(), np.repeat(v.numpy(), 16, axis=0))
+
+
 def test_argument_errors(rng):
     q, k, v = fused_qkv(rng, 2, 4, 2, 8, "float32")
     table = rope_cache(8, 8).sync()
