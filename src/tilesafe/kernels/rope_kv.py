@@ -35,8 +35,7 @@ from ..kernel import kernel
 from . import _token_args as args
 from ._outputs import Output
 from ._torch import accepts_torch
-from . import kv_cache
-from .kv_cache import checked_arguments as update_arguments
+from .kv_cache import checked_arguments as update_arguments, contiguous
 from .rope import _normalized_rotated_copy, _pair_columns, _rotated_copy
 from .rope import checked_arguments as rope_arguments
 
@@ -107,7 +106,7 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, cache: Tensor, positions: Tensor,
             norms: Optional[tuple], rows: Output, reuse: bool, *,
             config: dict) -> DeviceOp:
     """``q_out`` viewed ``(tokens * kv_heads, group, head_dim)`` (one tile per program);
-    ``rows`` the head rows (``(tokens * kv_heads,)``), written first unless ``reuse``."""
+    ``rows`` the heads' cache rows, ``(tokens, kv_heads)``, written first unless ``reuse``."""
     tokens, kv_heads, d = k.shape
     group = q.shape[1] // kv_heads
     flat = (cache_k.size,)  # (rows of d: the caches' last axis)
@@ -184,7 +183,7 @@ def rope_kv_cache_update(q: Tensor, k: Tensor, v: Tensor, cos_sin_cache: Tensor,
         op, q, k, cos_sin_cache, positions, layout, q_norm, k_norm, eps)
     cache_k, cache_v, k, v, slots, _ = update_arguments(op, cache_k, cache_v, k, v, slots,
                                                           "nhd")
-    args.same_device(op, [("q", q), ("v", v), ("cache_k", cache_k), ("slots", slots)])
+    # (both checks hold k to their tensors' device: every tensor is on one device)
     tokens, kv_heads, d = k.shape
     group = q.shape[1] // kv_heads
     if d != args.pow2(d) or q.shape[1] % kv_heads or group != args.pow2(group):
@@ -194,7 +193,7 @@ def rope_kv_cache_update(q: Tensor, k: Tensor, v: Tensor, cos_sin_cache: Tensor,
                         "cache_v, keys, v, slots, layout='nhd')")
     if q_out is not None:
         Output(q_out, q.shape, q.dtype, device, name="q_out", op=op)
-        kv_cache.contiguous(op, (("q_out", q_out),))
+        contiguous(op, (("q_out", q_out),))
     if rows_in_workspace and workspace is None:
         raise args.fail(op, "rows_in_workspace=True needs the workspace= an earlier call "
                         "filled", "pass that workspace, or leave rows_in_workspace=False")

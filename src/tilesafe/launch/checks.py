@@ -346,9 +346,9 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
         if not 1 <= len(g) <= 3 or any(not isinstance(d, int) or d < 0 for d in g):
             raise ArgumentError(f"grid {grid!r} must be 1 to 3 non-negative ints", where,
                                 hint="e.g. grid=(128,) or grid=(8, 8)")
-        padded = tuple(g) + (1,) * (3 - len(g))
+        padded = _three_axes(g)
         for name, pg in grids.items():
-            if tuple(pg) + (1,) * (3 - len(pg)) != padded:
+            if _three_axes(pg) != padded:
                 raise PartitionError(f"explicit grid {g} differs from the grid {pg} of "
                                      f"partition '{name}': a program off its tiles would write "
                                      "tiles other programs own", where,
@@ -358,14 +358,18 @@ def launch_grid(params: Sequence[Param], args: Sequence[Any], grid: Optional[Seq
     if not grids:
         raise ArgumentError(f"kernel '{kernel_name}' has no partitioned output to infer the "
                             f"grid from", where, hint="pass one: kernel.launch(*args, grid=(n,))")
-    # (a grid of fewer axes is the same grid with trailing axes of 1: (n,) is (n, 1, 1))
-    distinct = {tuple(g) + (1,) * (3 - len(g)) for g in grids.values()}
+    distinct = {_three_axes(g) for g in grids.values()}
     if len(distinct) > 1:
         listing = ", ".join(f"'{n}': {g}" for n, g in grids.items())
         raise PartitionError(f"partitions of '{kernel_name}' have different grids ({listing})",
                              where, hint="every MutTensor output must have the same number of "
                              "tiles per axis")
     return _within_limits(distinct.pop(), kernel_name, where)
+
+
+def _three_axes(grid: Sequence[int]) -> tuple[int, int, int]:
+    """``grid`` with trailing axes of 1: a grid of fewer axes is that grid ((n,) is (n, 1, 1))."""
+    return tuple(grid) + (1,) * (3 - len(grid))
 
 
 GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)  # a CUDA grid's extent per axis

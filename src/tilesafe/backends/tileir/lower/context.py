@@ -135,9 +135,8 @@ class LoweringContext:
         self.token: Optional[Value] = None
         self.gate: Optional[Value] = None
         self.block_ids: Optional[tuple[Value, Value, Value]] = None
-        #: per validated indexed partition, the i1 verdict "its positions failed"
-        #: (``lower/positions.py``), and their union: where it is true nothing is written
-        self.positions_failed: list[Value] = []
+        #: the i1 verdict "the positions of some indexed partition failed" (the union over
+        #: the validations, ``lower/positions.py``): where it is true nothing is written
         self.positions_verdict: Optional[Value] = None
         self.num_blocks: Optional[tuple[Value, Value, Value]] = None
         self._values: dict[int, Any] = {}

