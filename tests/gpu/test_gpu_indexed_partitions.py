@@ -86,7 +86,8 @@ def test_increasing_positions_take_the_one_pass_check_and_others_the_full_one():
     write_rows(ts.borrow_mut(cache).partition(64, at=ts.tensor(order, device=GPU).sync()),
                rows).sync()
     assert np.array_equal(_table(cache)[order], data)
-    for where, source in ((1501, 1500), (n - 1, 0)):
+    # (1024, 1023): equal rows on either side of the one pass's chunk boundary
+    for where, source in ((1501, 1500), (1024, 1023), (n - 1, 0)):
         repeated = order.copy()
         repeated[where] = repeated[source]
         fresh = _cache(GPU, rows=4096)
@@ -95,6 +96,14 @@ def test_increasing_positions_take_the_one_pass_check_and_others_the_full_one():
             write_rows(ts.borrow_mut(fresh).partition(
                 64, at=ts.tensor(repeated, device=GPU).sync()), rows).sync()
         assert np.all(fresh.numpy() == SENTINEL)
+    past = order.copy()
+    past[-1] = 4096  # still increasing, but past the grid, in the pass's third chunk
+    fresh = _cache(GPU, rows=4096)
+    with pytest.raises(PositionsError, match=rf"positions\[{n - 1}\] = \(4096,\) is outside "
+                       r"the tile grid \(4096,\)"):
+        write_rows(ts.borrow_mut(fresh).partition(64, at=ts.tensor(past, device=GPU).sync()),
+                   rows).sync()
+    assert np.all(fresh.numpy() == SENTINEL)
 
 
 def test_a_device_produced_repeat_is_refused_with_nothing_written():

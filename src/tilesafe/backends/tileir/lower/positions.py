@@ -1,8 +1,8 @@
 """Indexed partitions on the GPU: each program's own tile from its row of the positions, after
 the whole positions tensor is proven distinct and inside the tile grid (safety rule 11).
 
-At entry every program of the launch reads *all* the positions, ``CHUNK`` rows at a time,
-and checks each row inside the tile grid and that no two rows name one tile (rows compared by
+At entry every program of the launch reads *all* the positions, ``ORDERED_CHUNK`` rows at a
+time, and checks each row inside the tile grid and that no two rows name one tile (rows compared by
 their linear tile index): in one pass when the positions are strictly increasing (each row
 compared with the next: a KV cache's slots, a contiguous range), else by comparing every chunk
 with itself and every later chunk. Every
@@ -17,10 +17,12 @@ reports the smallest failing row to the kernel's fault record (``lower/checks.py
 row, words 4.. its coordinates, words 7.. the tile grid, word 10 the kind (1: outside the
 grid, 2: it repeats an earlier row).
 
-The cost per program is ``ceil(n / CHUNK)`` chunk reads for increasing positions, ``n`` the
-number of positions, and ``ceil(n / CHUNK) ** 2 / 2`` chunk comparisons more for any other
-order: one for up to 64 positions (a KV-cache update of a batch), a few hundred for thousands
-in no order (an expert scatter), where a separate validation launch would be cheaper.
+The cost per program is ``ceil(n / ORDERED_CHUNK)`` chunk reads for increasing positions,
+``n`` the number of positions (four for a 4096-token prefill's KV-cache slots), and
+``ceil(n / CHUNK) ** 2 / 2`` chunk comparisons more for any other order (``CHUNK``-square
+tiles): one for up to 64 positions (a KV-cache update of a batch), a few thousand for
+thousands in no order (an expert scatter), where a separate validation launch would be
+cheaper.
 
 Imports the ``bytecode`` package and its sibling lowering modules only.
 """
@@ -35,9 +37,13 @@ from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, as_i64, ne
 from .context import LoweringContext, TensorArg
 from .memory import tile_count
 
-__all__ = ["own_positions", "CHUNK"]
+__all__ = ["own_positions", "CHUNK", "ORDERED_CHUNK"]
 
+#: positions per chunk of the pairwise comparison (a ``(CHUNK, CHUNK)`` tile of comparisons)
 CHUNK = 64
+#: positions per chunk of the one pass over increasing positions (a prefill's KV-cache slots:
+#: thousands of rows, read by every program, so few long chunks rather than many short ones)
+ORDERED_CHUNK = 1024
 _NONE = (1 << 31) - 1  # "no failing row"
 _SIGNED = Signedness.SIGNED
 
@@ -70,21 +76,21 @@ def _row_addresses(lw: LoweringContext, z: TensorArg, rows: Value, axis: int) ->
 
 
 def _chunk(lw: LoweringContext, z: TensorArg, start: Value, rank: int,
-           grid: list[Value]) -> tuple[Value, Value, list[Value], Value]:
-    """Rows ``start .. start + CHUNK``: (row numbers, live (row < n), coordinates as i64,
-    inside the grid) as (CHUNK,) tiles."""
+           grid: list[Value], size: int = CHUNK) -> tuple[Value, Value, list[Value], Value]:
+    """Rows ``start .. start + size``: (row numbers, live (row < n), coordinates as i64,
+    inside the grid) as (size,) tiles."""
     fn, pos = lw.fn, z.positions
-    rows = fn.addi(lw.splat(start, (CHUNK,)), fn.iota(CHUNK, I32))
-    live = fn.cmpi(ComparisonPredicate.LT, rows, lw.splat(pos.count, (CHUNK,)),
+    rows = fn.addi(lw.splat(start, (size,)), fn.iota(size, I32))
+    live = fn.cmpi(ComparisonPredicate.LT, rows, lw.splat(pos.count, (size,)),
                    signedness=_SIGNED)
     coords, inside = [], live
     for axis in range(rank):
         pointers = _row_addresses(lw, z, rows, axis)
-        padding = lw.constant(0, pos.dtype, (CHUNK,))
+        padding = lw.constant(0, pos.dtype, (size,))
         value, _ = fn.load_ptr_tko(pointers, mask=live, padding=padding, token=lw.gate)
         wide = as_i64(lw, value, pos.dtype.is_signed)
         coords.append(wide)
-        limit = lw.splat(fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED), (CHUNK,))
+        limit = lw.splat(fn.exti(grid[axis], I64, signedness=Signedness.UNSIGNED), (size,))
         inside = fn.andi(inside, fn.cmpi(ComparisonPredicate.LT, wide, limit,
                                          signedness=Signedness.UNSIGNED))
     return rows, live, coords, inside
@@ -110,24 +116,27 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
     zero = fn.constant(0, TileType(I32))
     one = fn.constant(1, TileType(I32))
     step = fn.constant(CHUNK, TileType(I32))
+    ordered_step = fn.constant(ORDERED_CHUNK, TileType(I32))
     none = fn.constant(_NONE, TileType(I32))
     count = pos.count
 
     def ordered(start: Value, outside_row: Value, unsorted_row: Value) -> None:
         """One pass: rows outside the grid, and rows whose successor's linear tile index is
         not larger (strictly increasing positions are distinct without comparing pairs)."""
-        rows_a, live_a, coords_a, inside_a = _chunk(lw, z, start, rank, grid)
-        _, live_next, coords_next, _ = _chunk(lw, z, fn.addi(start, one), rank, grid)
+        rows_a, live_a, coords_a, inside_a = _chunk(lw, z, start, rank, grid, ORDERED_CHUNK)
+        _, live_next, coords_next, _ = _chunk(lw, z, fn.addi(start, one), rank, grid,
+                                              ORDERED_CHUNK)
         bad = fn.andi(live_a, negate(lw, inside_a))
-        first_outside = _min_i32(lw, fn.select(bad, rows_a, lw.splat(none, (CHUNK,))))
+        first_outside = _min_i32(lw, fn.select(bad, rows_a, lw.splat(none, (ORDERED_CHUNK,))))
         ascending = fn.cmpi(ComparisonPredicate.LT, _linear(lw, coords_a, grid),
                             _linear(lw, coords_next, grid), signedness=_SIGNED)
         unsorted = fn.andi(live_next, negate(lw, ascending))
-        first_unsorted = _min_i32(lw, fn.select(unsorted, rows_a, lw.splat(none, (CHUNK,))))
+        first_unsorted = _min_i32(lw, fn.select(unsorted, rows_a,
+                                                lw.splat(none, (ORDERED_CHUNK,))))
         fn.continue_([fn.mini(outside_row, first_outside, signedness=_SIGNED),
                       fn.mini(unsorted_row, first_unsorted, signedness=_SIGNED)])
 
-    outside_row, unsorted_row = fn.for_(zero, count, step, [none, none], ordered)
+    outside_row, unsorted_row = fn.for_(zero, count, ordered_step, [none, none], ordered)
     is_unsorted = fn.cmpi(ComparisonPredicate.NE, unsorted_row, none, signedness=_SIGNED)
 
     def pairwise() -> None:
