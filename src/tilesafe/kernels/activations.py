@@ -310,8 +310,11 @@ def gelu(x: Tensor, *, approximate: str = "none", out: Optional[Tensor] = None) 
     """GELU, as ``torch.nn.functional.gelu(x, approximate=...)``, in float32 and rounded once.
 
     ``"none"``: ``x * Phi(x)`` with the normal CDF from an ``erfc`` approximation of relative
-    error below 1.2e-7 (also in the far negative tail); ``"tanh"``: ``0.5 * x * (1 + tanh(
-    sqrt(2 / pi) * (x + 0.044715 * x**3)))``, computed as ``x * sigmoid(2 * ...)``.
+    error about 2e-7 (also in the negative tail, where ``1 + erf`` would cancel; a few 1e-6
+    past ``|x| = 8``, where float32's ``x * x`` rounds); ``"tanh"``: ``0.5 * x * (1 + tanh(
+    sqrt(2 / pi) * (x + 0.044715 * x**3)))``, computed as ``x * sigmoid(2 * ...)``. Both use
+    the GPU's fast division (within 2 ulp), so a GPU's float32 results can differ from the
+    interpreter's in the last bits.
 
     Args:
         x: float16, bfloat16 or float32 tensor of any shape (rank >= 1).
