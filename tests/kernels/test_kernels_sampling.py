@@ -1,5 +1,7 @@
 """tilesafe.kernels.argmax and sample: argmax as torch's (first index on ties, NaN first,
-several column tiles), sample's choices against a float64 reference fed the same Philox
+several column tiles), on both schedules (one program per row; chunk maxima then a merge per
+row for few rows of a long vocabulary, with the caller's workspace too, recorded into a
+graph, its misuse refused), sample's choices against a float64 reference fed the same Philox
 uniforms (full vocabulary, top-k, top-k then top-p), reproducibility by (seed, offset) with
 the offset an int or a device tensor, the sampled distribution against the exact one (a
 chi-square bound that a wrong algorithm fails), and each argument error."""
@@ -12,7 +14,10 @@ import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe.kernels import argmax, sample
+from tilesafe.kernels import argmax, argmax_workspace, sample
+from tilesafe.kernels import sampling
+
+from conftest import poisoned
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -115,6 +120,174 @@ def test_argmax_of_short_odd_rows_into_out(rng):
     got = argmax(on(x), out=out).sync()
     assert np.array_equal(out.numpy(), np.argmax(x, 1)) and out.numpy()[5] == 0
     assert np.array_equal(got.numpy(), np.argmax(x, 1))
+
+
+# --- argmax's split schedule (chunk maxima, then one merge program per row) -----------------
+
+#: the chunk of the split schedule's first config (the one the interpreter uses)
+CHUNK = sampling.SPLIT_CONFIGS[0]["chunk"]
+
+
+def split_argmax(x: np.ndarray, columns: int) -> np.ndarray:
+    """The two launches of the split schedule, ``columns`` columns a chunk."""
+    from tilesafe.kernels.sampling import argmax_chunk_maxima, argmax_merge_rows
+    rows, vocab = x.shape
+    chunks = -(-vocab // columns)
+    maxima = poisoned((rows, chunks))
+    maxima, _ = argmax_chunk_maxima(maxima.partition((1, 1)), on(x), C=columns).sync()
+    maxima = maxima.unpartition()
+    want_maxima = np.full((rows, chunks * columns), -np.inf, np.float32)
+    want_maxima[:, :vocab] = x.astype(np.float32)
+    assert np.array_equal(maxima.numpy(), want_maxima.reshape(rows, chunks, columns).max(2),
+                          equal_nan=True)  # (np.max propagates NaN too)
+    z = ts.full((rows,), -1, ts.int32).sync()
+    z, _, _ = argmax_merge_rows(z.partition((1,)), on(x), maxima, C=columns,
+                                CP=1 << (chunks - 1).bit_length()).sync()
+    return z.unpartition().numpy()
+
+
+def hard_rows(rows: int, vocab: int, columns: int, rng) -> np.ndarray:
+    """``rows`` (8 at most) rows of small integers (ties everywhere) with the cases the merge
+    must get right, ``columns`` columns a chunk (at least 4 chunks, a ragged last one)."""
+    x = rng.integers(0, 4, (rows, vocab)).astype(np.float32)
+    cases = [
+        lambda r: r.__setitem__([2 * columns + 1, columns - 1], 9.0),  # chunk 0 beats chunk 2
+        lambda r: r.__setitem__([5, 3 * columns + 2], [9.0, np.nan]),  # a later NaN wins
+        lambda r: r.__setitem__([3 * columns, columns + 3, 1], np.nan),  # the first of NaNs
+        lambda r: r.fill(-np.inf),                                     # all -inf: index 0
+        lambda r: r.__setitem__([3, 2 * columns + 2, 3 * columns], [9.0, np.inf, np.inf]),
+        lambda r: r.__setitem__([vocab - 1], np.nan),                  # NaN in the last chunk
+        lambda r: r.__setitem__([vocab - 1], 9.0),                     # max in the ragged end
+        lambda r: r.__setitem__(slice(None), -5.0),                    # one value everywhere
+    ]
+    for row, case in zip(x, cases[:rows]):
+        case(row)
+    return x
+
+
+@pytest.mark.parametrize("columns, vocab", [(4, 5 * 4 + 3), (16, 7 * 16 + 1), (32, 4 * 32)])
+def test_split_kernels_give_the_first_maximum(rng, columns, vocab):
+    """The two kernels against numpy's first index: ties within and across chunks (the
+    earlier chunk wins), a NaN in a later chunk than the maximum, several NaNs, rows all -inf
+    or all one value, +inf, the maximum or a NaN in a ragged last chunk."""
+    x = hard_rows(8, vocab, columns, rng)
+    assert split_argmax(x, columns).tolist() == np.argmax(x, 1).tolist()
+
+
+def no_rows_path(*args, **kwargs):
+    raise AssertionError("argmax took the one-program-per-row schedule")
+
+
+@pytest.mark.parametrize("rows, vocab, dtype", [
+    (1, 151936, "bfloat16"),          # a Qwen3 decode step
+    (3, 20001, "float16"),            # a ragged last chunk
+    (8, 151936, "float32"),
+    (8, 20001, "bfloat16"),
+])
+def test_argmax_splits_few_rows_of_a_long_vocabulary(rng, monkeypatch, rows, vocab, dtype):
+    """Random rows (in bf16/f16 many values repeat: ties) and the hard cases at the chunk
+    size the call uses, through ``argmax``, which takes the split schedule here."""
+    monkeypatch.setattr(sampling, "argmax_rows", no_rows_path)
+    x = (3 * rng.standard_normal((rows, vocab))).astype(NP_DTYPES[dtype])
+    got = argmax(on(x)).sync()
+    assert got.dtype == ts.int32 and got.shape == (rows,)
+    assert got.numpy().tolist() == np.argmax(x.astype(np.float32), 1).tolist()
+    hard = hard_rows(rows, vocab, CHUNK, rng).astype(NP_DTYPES[dtype])
+    out = poisoned((rows,), ts.int32)
+    assert argmax(on(hard), out=out).sync() is out
+    assert out.numpy().tolist() == np.argmax(hard.astype(np.float32), 1).tolist()
+
+
+def test_split_schedule_serves_few_rows_of_a_long_vocabulary_only():
+    def splits(rows, vocab):
+        return sampling._splits(ts.zeros((rows, vocab), ts.bfloat16).sync())
+    assert splits(1, 151936) and splits(8, sampling.SPLIT_MIN_VOCAB)
+    assert not splits(9, 151936) and not splits(1, sampling.SPLIT_MIN_VOCAB - 1)
+    assert not splits(1, sampling.SPLIT_MAX_CHUNKS * 1024 + 1)  # (the merge's one tile)
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+def test_argmax_with_a_workspace_records_into_a_graph(rng, monkeypatch, rows):
+    """With ``out=`` and a workspace from ``argmax_workspace`` the split schedule allocates
+    nothing: it records into a graph, and each replay reads the logits of the moment."""
+    monkeypatch.setattr(sampling, "argmax_rows", no_rows_path)
+    vocab = 20001
+    logits = on(rng.standard_normal((rows, vocab)).astype(np.float32))
+    workspace = argmax_workspace(logits).sync()
+    assert workspace.dtype == ts.float32 and workspace.device == logits.device
+    assert workspace.size >= rows * -(-vocab // min(c["chunk"] for c in
+                                                    sampling.SPLIT_CONFIGS))
+    out = poisoned((rows,), ts.int32)
+    with ts.CudaGraph.scope() as graph:
+        graph.record(argmax(logits, out=out, workspace=workspace))
+    assert np.all(out.numpy() == -123)  # recorded, nothing ran
+    for step in range(2):
+        x = hard_rows(rows, vocab, CHUNK, rng) if step else \
+            rng.standard_normal((rows, vocab)).astype(np.float32)
+        logits.copy_(on(x)).sync()
+        graph.replay()
+        assert out.numpy().tolist() == np.argmax(x, 1).tolist()
+
+
+def test_argmax_uses_the_workspace_it_is_lent(rng):
+    """A larger workspace of any shape works (its first values are used); a workspace on the
+    one-program-per-row schedule is unused; torch tensors work as well."""
+    x = rng.standard_normal((2, 40000)).astype(np.float16)
+    big = ts.full((3, 1000), 7.0, ts.float32).sync()
+    assert argmax(on(x), workspace=big).sync().numpy().tolist() == np.argmax(x, 1).tolist()
+    assert not np.all(big.numpy() == 7.0)  # (the chunk maxima went there)
+    small = rng.standard_normal((20, 40)).astype(np.float32)  # 20 rows: no split
+    assert argmax(on(small), workspace=argmax_workspace(on(small)).sync()).sync().numpy() \
+        .tolist() == np.argmax(small, 1).tolist()
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x.astype(np.float32))
+    work = argmax_workspace(t)
+    assert isinstance(work, torch.Tensor) and work.dtype == torch.float32
+    assert torch.equal(argmax(t, workspace=work).long(), torch.argmax(t, -1))
+
+
+def test_argmax_workspace_errors(rng):
+    logits = on(rng.standard_normal((2, 20001)).astype(np.float32))
+    need = 2 * -(-20001 // min(c["chunk"] for c in sampling.SPLIT_CONFIGS))  # (any config)
+    cases = [
+        (ts.zeros((3,)).sync(), rf"argmax: workspace has shape \(3,\): it holds 3 float32 "
+         rf"values; this call needs {need}"),
+        (ts.zeros((64,), ts.float16).sync(), r"argmax: workspace has shape \(64,\) and dtype "
+         "float16; it must be float32"),
+        (np.zeros(64, np.float32), "argmax: workspace must be a float32 tilesafe tensor, got "
+         "ndarray"),
+        (ts.zeros((16, 8)).sync()[:, :4], r"argmax: workspace of shape \(16, 4\) and "
+         r"strides \(8, 1\) cannot be viewed as one row"),
+    ]
+    for workspace, words in cases:
+        with pytest.raises(ts.ArgumentError, match=words) as info:
+            argmax(logits, workspace=workspace)
+        assert "test_kernels_sampling.py" in str(info.value)
+        assert "argmax_workspace(logits)" in str(info.value)
+
+
+def test_a_workspace_sharing_memory_with_logits_or_out_is_refused(rng):
+    """The first launch's borrows refuse a workspace over the logits (it writes the
+    workspace while reading them); a workspace over ``out`` is refused before anything runs,
+    so ``out`` keeps its values (DLPack imports of one buffer included)."""
+    x = rng.standard_normal((2, 20001)).astype(np.float32)
+    logits, out = on(x), ts.zeros((2,), ts.int32).sync()  # (out given: no tuning on a GPU)
+    with pytest.raises(ts.AliasingError, match="arguments 'maxima' and 'logits' of "
+                       "'argmax_chunk_maxima' overlap in memory"):
+        argmax(logits, out=out, workspace=logits).sync()
+    with pytest.raises(ts.AliasingError):
+        argmax(logits, out=out, workspace=logits.reshape(2 * 20001)[20001:]).sync()
+    logits = ts.tensor(x, device="cpu").sync()  # (the buffer below is numpy's: cpu memory)
+    memory = np.full(64, 7, np.int32)  # one buffer imported twice: int32 out, f32 workspace
+    out, workspace = ts.from_dlpack(memory[:2]), ts.from_dlpack(memory.view(np.float32))
+    with pytest.raises(ts.AliasingError, match="argmax: workspace and out overlap in memory"
+                       ) as info:
+        argmax(logits, out=out, workspace=workspace).sync()
+    assert "test_kernels_sampling.py" in str(info.value)
+    assert memory.tolist() == [7] * 64  # nothing written
+    beside = ts.from_dlpack(memory.view(np.float32)[2:])  # the rest of the buffer: disjoint
+    assert argmax(logits, out=out, workspace=beside).sync().numpy().tolist() == \
+        np.argmax(x, 1).tolist()
 
 
 @pytest.mark.parametrize("dtype, vocab, top_k, top_p", [

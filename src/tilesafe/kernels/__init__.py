@@ -22,7 +22,7 @@ from .matmul import (matmul, matmul_workspace, rms_norm_matmul, scaled_matmul,
 from .norms import add_rms_norm, layer_norm, rms_norm
 from .rope import rope, rope_cache
 from .rope_kv import rope_kv_cache_update
-from .sampling import argmax, sample
+from .sampling import argmax, argmax_workspace, sample
 
 __all__: list[str] = []
 __all__ += ["rms_norm", "add_rms_norm", "layer_norm"]  # norms
@@ -31,5 +31,5 @@ __all__ += ["matmul", "scaled_matmul", "matmul_workspace", "silu_mul_matmul",
             "rms_norm_matmul"]  # products
 __all__ += ["flash_attention", "decode_attention", "decode_attention_workspace"]  # attention
 __all__ += ["rope", "rope_cache", "embedding", "kv_cache_update", "rope_kv_cache_update",
-            "argmax", "sample"]  # tokens
+            "argmax", "argmax_workspace", "sample"]  # tokens
 __all__ += ["release_completed", "reserve_fault_records"]  # the torch surface

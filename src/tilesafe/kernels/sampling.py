@@ -1,12 +1,27 @@
 """Choosing tokens from logits: ``argmax`` (greedy) and ``sample`` (temperature, top-k,
 top-p), both ``(rows, vocab) -> (rows,)`` int32 token ids.
 
-``argmax``: one program per ``rows`` rows (default 1) walks the vocabulary in column tiles,
-keeping per column lane of the tile a running maximum and the tile it came from: a value
-replaces the lane's only if it is strictly larger (or the lane's first NaN), so each lane
-keeps its first maximum, and the loop does no reduction across lanes. At the end the row's
-index is the smallest column among the lanes holding the row's maximum (or a NaN): ties give
-the first index, as ``torch.argmax``.
+``argmax`` has two schedules, both giving ``torch.argmax``'s answer (the first index of the
+row's maximum, the first NaN if the row holds any):
+
+- many rows, or a short vocabulary (``argmax_rows``): one program per ``rows`` rows (default
+  1) walks the vocabulary in column tiles, keeping per column lane of the tile a running
+  maximum and the tile it came from: a value replaces the lane's only if it is strictly
+  larger (or the lane's first NaN), so each lane keeps its first maximum, and the loop does no
+  reduction across lanes. At the end the row's index is the smallest column among the lanes
+  holding the row's maximum (or a NaN).
+- at most :data:`SPLIT_MAX_ROWS` rows of at least :data:`SPLIT_MIN_VOCAB` columns (a decode
+  step's logits), split so that every SM has work: launch 1 (``argmax_chunk_maxima``), one
+  program per (row, chunk of ``C`` columns), stores each chunk's maximum as float32 (NaN if
+  the chunk holds one) into a ``(rows, chunks)`` scratch tensor; launch 2
+  (``argmax_merge_rows``), one program per row, takes the row's maximum ``top`` over its chunk
+  maxima (NaN if any is NaN), the first chunk ``c*`` whose maximum is ``top`` (or NaN), and the
+  first column of chunk ``c*`` holding ``top`` (or a NaN): ``c* * C + column``. Every chunk
+  before ``c*`` holds only values below ``top`` (and no NaN when ``top`` is NaN), so that is
+  the row's first maximum: ties across chunks go to the earlier chunk, a NaN anywhere beats
+  every number, an all ``-inf`` row gives 0 (padding past the row is ``-inf`` and comes after
+  every column). The scratch is allocated per call, or lent by the caller (``workspace=``,
+  from ``argmax_workspace``) so that the call allocates nothing and records into a graph.
 
 ``sample`` (exact sampling, no sort of the vocabulary):
 
@@ -43,13 +58,16 @@ import numpy as np
 from .. import core as tc
 from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
-from ..dtypes import int32
+from .._callsite import caller_location
+from ..dtypes import float32, int32
+from ..errors import AliasingError
+from ..host.factory import empty
 from ..host.factory import tensor as host_tensor
-from ..host.tensor import Tensor
+from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from . import _token_args as args
 from ._outputs import Output
-from ._torch import accepts_torch
+from ._torch import accepts_torch, workspace_accepts_torch
 
 LOGIT_DTYPES = ("float16", "bfloat16", "float32")
 #: the largest top_k (the running top-k set is a tile of this many candidates at most)
@@ -58,6 +76,13 @@ NEG_INF = float("-inf")
 POS_INF = float("inf")
 #: the largest int32 (no column index is larger)
 LAST_INDEX = 2 ** 31 - 1
+#: argmax's split schedule (chunk maxima, then a merge per row) serves at most this many rows
+#: ... (more rows fill the GPU with one program per row)
+SPLIT_MAX_ROWS = 8
+#: ... of at least this many columns (a shorter row is a few tiles: one program is enough)
+SPLIT_MIN_VOCAB = 16384
+#: ... and at most this many chunks per row (the merge loads a row's chunk maxima as one tile)
+SPLIT_MAX_CHUNKS = 1024
 
 
 @kernel
@@ -77,6 +102,38 @@ def argmax_rows(out: tc.MutTensor[tc.i32, ("R",)], logits: tc.Tensor["T", (-1, -
     hit = (best == top) | ((best != best) & (top != top))
     column = best_tile * C + tc.arange(C).reshape((1, C))
     out.store(tc.reduce_min(tc.where(hit, column, LAST_INDEX), 1))
+
+
+@kernel
+def argmax_chunk_maxima(maxima: tc.MutTensor[tc.f32, (1, 1)], logits: tc.Tensor["T", (-1, -1)],
+                        C: tc.Const[int]):
+    """The maximum of chunk ``(row, c)`` of ``logits`` (``C`` columns; NaN if it holds one)."""
+    row, chunk, _ = tc.get_tile_block_id()
+    x = logits.partition((1, C), padding=NEG_INF).load((row, chunk)).astype(tc.f32)
+    maxima.store(tc.reduce_max(x, 1, keepdims=True))  # (reduce_max propagates NaN)
+
+
+@function
+def _first_at(x, top, positions):
+    """The smallest of ``positions`` where the f32 tile ``x`` holds ``top`` (or a NaN, when
+    ``top`` is NaN); ``LAST_INDEX`` if none."""
+    hit = (x == top) | ((x != x) & (top != top))
+    return tc.reduce_min(tc.where(hit, positions, LAST_INDEX))
+
+
+@kernel
+def argmax_merge_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)],
+                      maxima: tc.Tensor[tc.f32, (-1, -1)], C: tc.Const[int],
+                      CP: tc.Const[int]):
+    """The first index of one row's maximum, from its chunk maxima (``maxima``, ``(rows,
+    chunks)``; ``CP`` >= chunks, a power of two) and the first chunk holding it."""
+    row, _, _ = tc.get_tile_block_id()
+    tops = maxima.partition((1, CP), padding=NEG_INF).load((row, 0)).reshape((CP,))
+    top = tc.reduce_max(tops)  # (NaN if any chunk holds one)
+    chunk = _first_at(tops, top, tc.arange(CP))
+    x = logits.partition((1, C), padding=NEG_INF).load((row, chunk)).astype(tc.f32)
+    column = _first_at(x.reshape((C,)), top, tc.arange(C))
+    out.store((chunk * C + column).reshape((1,)))
 
 
 @function
@@ -182,6 +239,50 @@ def _launch_argmax(logits: Tensor, out: Output, *, config: dict) -> DeviceOp:
     return argmax_rows(out.partition((rows,)), logits, C=_columns(config, logits.shape[1]))
 
 
+#: the chunk sizes of argmax's split schedule (the first: where nothing is timed, e.g. a call
+#: with ``out=``). Measured on the H100 (bf16, 151936 columns, 1-8 rows, graph replays): 1024
+#: 3.3-3.9 us a call, 2048 3.5-4.0, 4096 4.4-4.9; one program per row 16 us, torch 9-11 us.
+SPLIT_CONFIGS = [{"chunk": 1024}, {"chunk": 2048}, {"chunk": 4096}]
+
+
+def _split_key(logits: Tensor, out: Output, workspace: Optional[Tensor]) -> tuple:
+    return (logits.shape[0], logits.shape[1], logits.dtype.name)
+
+
+@autotune(configs=SPLIT_CONFIGS, key=_split_key,
+          kernels=(argmax_chunk_maxima, argmax_merge_rows), mutates=("out",))
+def _launch_argmax_split(logits: Tensor, out: Output, workspace: Optional[Tensor], *,
+                         config: dict) -> DeviceOp:
+    rows, vocab = logits.shape
+    chunk = config["chunk"]
+    chunks = -(-vocab // chunk)
+    if workspace is None:
+        maxima = Output(None, (rows, chunks), float32, logits.device, name="chunk maxima",
+                        op="argmax")
+        stats = argmax_chunk_maxima(maxima.partition((1, 1)), logits, C=chunk)
+        return stats.then(lambda r: argmax_merge_rows(
+            out.partition((1,)), logits, maxima.tensor(r.maxima), C=chunk,
+            CP=args.pow2(chunks)))
+    lent = workspace[:rows * chunks].reshape(rows, chunks)  # (one row: checked by argmax)
+    stats = argmax_chunk_maxima(borrow_mut(lent).partition((1, 1)), logits, C=chunk)
+    return stats.then(lambda r: argmax_merge_rows(out.partition((1,)), logits, lent, C=chunk,
+                                                  CP=args.pow2(chunks)))
+
+
+def _splits(logits: Tensor) -> bool:
+    """Whether ``argmax`` of ``logits`` takes the split schedule (module docstring)."""
+    rows, vocab = logits.shape
+    smallest = min(c["chunk"] for c in SPLIT_CONFIGS)
+    return rows <= SPLIT_MAX_ROWS and SPLIT_MIN_VOCAB <= vocab <= SPLIT_MAX_CHUNKS * smallest
+
+
+def _split_scratch(logits: Tensor) -> int:
+    """The float32 values the split schedule's chunk maxima need at most (the smallest
+    chunk's count, so that every config the tuner may pick fits)."""
+    rows, vocab = logits.shape
+    return rows * max(-(-vocab // c["chunk"]) for c in SPLIT_CONFIGS)
+
+
 @autotune(configs=[{"cols": 4096}, {"cols": 8192}, {"cols": 2048}],
           key=lambda logits, offset, out, seed, temperature, top_k, top_p: (
               logits.shape[1], logits.dtype.name, args.pow2(top_k)),
@@ -207,26 +308,87 @@ def _output(op: str, out: Optional[Tensor], logits: Tensor) -> Output:
     return Output(out, (logits.shape[0],), int32, logits.device, name="out", op=op)
 
 
+def _workspace(op: str, workspace: Any, logits: Tensor) -> Optional[Tensor]:
+    """``workspace`` checked to be a float32 tensor on the logits' device and, where the call
+    splits, large enough for every config; as one row (or None)."""
+    if workspace is None:
+        return None
+    if not isinstance(workspace, Tensor):
+        raise args.fail(op, f"workspace must be a float32 tilesafe tensor, got "
+                        f"{type(workspace).__name__}", "allocate it with argmax_workspace("
+                        "logits), or leave it out to allocate one per call")
+    if workspace.dtype != float32:
+        raise args.fail(op, f"workspace has shape {tuple(workspace.shape)} and dtype "
+                        f"{workspace.dtype.name}; it must be float32",
+                        "allocate it with argmax_workspace(logits)")
+    if str(workspace.device) != str(logits.device):
+        raise args.fail(op, f"workspace is on {workspace.device}, logits on {logits.device}",
+                        f"allocate it with argmax_workspace(logits) (on {logits.device})")
+    need = _split_scratch(logits) if _splits(logits) else 0
+    if workspace.size < need:
+        raise args.fail(op, f"workspace has shape {tuple(workspace.shape)}: it holds "
+                        f"{workspace.size} float32 values; this call needs {need}",
+                        "allocate it with argmax_workspace(logits) for these logits")
+    try:
+        return workspace.reshape(workspace.size)
+    except ValueError:
+        raise args.fail(op, f"workspace of shape {tuple(workspace.shape)} and strides "
+                        f"{tuple(workspace.strides)} cannot be viewed as one row",
+                        "pass a contiguous tensor (argmax_workspace(logits))") from None
+
+
+@workspace_accepts_torch
+def argmax_workspace(logits: Tensor) -> Any:
+    """A float32 scratch tensor (a lazy constructor: ``.sync()`` it) large enough for
+    ``argmax(logits, workspace=...)`` whatever chunk size the tuner picks (and for any logits
+    of the same shape); with it and ``out=`` a call allocates nothing and records into a CUDA
+    graph. At least one element (a call that does not split leaves it unused)."""
+    logits = _logits("argmax_workspace", logits)
+    return empty((max(1, _split_scratch(logits)),), float32, device=logits.device)
+
+
 @accepts_torch
-def argmax(logits: Tensor, *, out: Optional[Tensor] = None) -> DeviceOp:
+def argmax(logits: Tensor, *, out: Optional[Tensor] = None,
+           workspace: Optional[Tensor] = None) -> DeviceOp:
     """The index of each row's largest logit (greedy decoding), as ``torch.argmax(logits,
     -1)`` but int32: the first index on ties, the first NaN if a row holds any.
+
+    At most :data:`SPLIT_MAX_ROWS` rows of at least :data:`SPLIT_MIN_VOCAB` logits (a decode
+    step) are split into column chunks over two launches, whose chunk maxima go to a scratch
+    tensor (the module docstring); other shapes take one launch and no scratch.
 
     Args:
         logits: ``(rows, vocab)``, float16/bfloat16/float32 (vocab up to 2**31 - 1).
         out: where to write, ``(rows,)`` int32 (default: a new tensor).
+        workspace: a float32 tensor on the logits' device for the chunk maxima (from
+            :func:`argmax_workspace`), else one is allocated per call where it is needed;
+            with it and ``out`` the call allocates nothing, so it records into a
+            ``ts.CudaGraph``. It must not share memory with ``logits`` or ``out`` (refused
+            before anything runs).
 
     Returns:
         A DeviceOp whose result is the ``(rows,)`` int32 token ids.
 
     Raises:
-        ArgumentError: logits not a non-empty 2-D float tensor, or an ``out`` of another
-            shape, dtype or device.
+        ArgumentError: logits not a non-empty 2-D float tensor, an ``out`` of another
+            shape, dtype or device, or a ``workspace`` that is not float32, is on another
+            device or is smaller than the call needs.
+        AliasingError: a ``workspace`` sharing memory with ``logits`` or ``out``.
     """
     op = "argmax"
     logits = _logits(op, logits)
+    workspace = _workspace(op, workspace, logits)
     result = _output(op, out, logits)
-    return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
+    if workspace is not None and out is not None and workspace._overlaps(out):
+        # (refused here: the first launch would write the chunk maxima into ``out`` before
+        # the second one's borrows refuse it)
+        raise AliasingError(f"{op}: workspace and out overlap in memory", caller_location(),
+                            hint="lend a workspace of its own (argmax_workspace(logits))")
+    if _splits(logits):
+        launched = _launch_argmax_split(logits, result, workspace)
+    else:
+        launched = _launch_argmax(logits, result)
+    return launched.then(lambda r: result.tensor(r.out))
 
 
 @accepts_torch

@@ -540,6 +540,7 @@ class _DecodeStep:
         mm_work = buffer(max(1, size), dtype=float32)
         attn_work = K.decode_attention_workspace(attended,
                                                  _heads_view(engine.cache[0][0])).sync()
+        argmax_work = K.argmax_workspace(self.logits).sync()
         eps = c.rms_norm_eps
 
         def mm(a, weight, out):
@@ -613,7 +614,7 @@ class _DecodeStep:
         else:
             graph.record(mm(h, w["lm_head.weight"], self.logits))
         if sampling.greedy:  # the next step's input
-            graph.record(K.argmax(self.logits, out=self.token))
+            graph.record(K.argmax(self.logits, out=self.token, workspace=argmax_work))
         else:
             graph.record(K.sample(self.logits, temperature=sampling.temperature,
                                   top_k=sampling.top_k, top_p=sampling.top_p,
