@@ -69,6 +69,27 @@ def test_prefill_and_decode_match_transformers(checkpoint, fold_norms):
     assert engine.generate(PROMPT, 4) == tokens[len(PROMPT):] + [int(np.argmax(ours[-1]))]
 
 
+def test_a_recorded_prefill_gives_the_logits_and_cache_of_one_driven_launch_by_launch(
+        checkpoint):
+    """Prompts padded to their bucket (16, 32, and 24: a bucket capped at max_seq) and
+    replayed from a recorded graph: the last logits, and the greedy tokens decoded after
+    them, equal those of the prefill driven launch by launch (``record_prefill=False``),
+    including after a longer prompt left its keys in the cache and its padding's keys past
+    the prompt (overwritten by the decode steps before any attention reads them)."""
+    recorded = Qwen3Engine(checkpoint, max_seq=24)
+    driven = Qwen3Engine(checkpoint, max_seq=24)
+    driven.record_prefill = False
+    for prompt in ([5, 9, 31, 77] * 5, PROMPT, list(range(3, 19)), [42]):
+        ours, theirs = recorded.prefill(prompt), driven.prefill(prompt)
+        assert np.array_equal(ours, theirs), prompt
+        assert recorded.lengths == driven.lengths == [len(prompt)]
+        first = int(np.argmax(ours))
+        steps = min(4, 24 - len(prompt))
+        assert recorded.greedy(first, steps) == driven.greedy(first, steps), prompt
+    buckets = sorted(bucket for bucket, _ in recorded._prefills)
+    assert buckets == [16, 24] and not driven._prefills  # (the 2 most recent: 16 and 24)
+
+
 def _hf_forced(model, prompt, tokens):
     """The logits that chose each of ``tokens`` after ``prompt`` (teacher-forced: one pass
     over the prompt and the tokens), one row per token."""

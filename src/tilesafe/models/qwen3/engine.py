@@ -14,10 +14,13 @@ the writes at the sequences' slots are proven distinct), ``flash_attention`` (pr
 ``decode_attention``, ``add_rms_norm``, ``silu_mul`` (in the decode step inside the down
 projection's GEMV: ``silu_mul_matmul``), ``argmax`` or ``sample``.
 
-The prefill drives each launch in turn (``.sync()``); the decode step is recorded once per
-:class:`Sampling` into a ``ts.CudaGraph`` (every output, workspace and input preallocated:
-the tokens, positions, cache slots, lengths and the random stream are device tensors,
-advanced by the step's last kernels) and replayed per token.
+The prefill of a sequence is recorded once per prompt length bucket (the next power of two)
+into a ``ts.CudaGraph`` and replayed for every prompt of that bucket, padded
+(:class:`_PrefillGraph`; ``all_positions=True`` or ``record_prefill = False`` drives each
+launch in turn instead). The decode step is recorded once per :class:`Sampling` (every
+output, workspace and input preallocated: the tokens, positions, cache slots, lengths and
+the random stream are device tensors, advanced by the step's last kernels) and replayed per
+token.
 
 At batch 1 on one rank the decode step has no norm launches and no residual adds of its own:
 each projection reading a norm's output normalizes its input row itself (``rms_norm_matmul``)
@@ -122,6 +125,10 @@ def _rank_part(name: str, array: np.ndarray, rank: int, ranks: int) -> np.ndarra
 MAX_BATCH = 32
 #: decode steps kept recorded per engine (one per sampling setting in use)
 RECORDED_STEPS = 4
+#: the fewest positions a recorded prefill covers (prompts are padded up to a power of two)
+PREFILL_MIN_BUCKET = 16
+#: recorded prefills kept (the least recently used goes), each with its own buffers
+RECORDED_PREFILLS = 2
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,10 @@ class Qwen3Engine:
         #: each sequence's length (prompt plus tokens decoded so far)
         self.lengths = [0] * batch
         self._steps: dict = {}  # Sampling -> its recorded _DecodeStep
+        self._prefills: dict = {}  # (bucket, sequence) -> its recorded _PrefillGraph
+        #: record each prompt length bucket's prefill into a graph (False: every prefill
+        #: drives its launches one by one)
+        self.record_prefill = True
         #: the generation index of the tokens last chosen (0: the tokens after the prompts);
         #: the tokens of index ``g`` are drawn from random streams ``batch * g + b``
         self.draws = 0
@@ -273,8 +284,27 @@ class Qwen3Engine:
                                 f"max_seq {self.max_seq}",
                                 hint="make the engine with a larger max_seq")
         self.lengths[sequence] = 0
+        if self.record_prefill and not all_positions:
+            graph = self._prefill_graph(len(ids), sequence)
+            logits = graph.run(self, list(ids))
+            self.lengths[sequence] = len(ids)
+            return logits
         logits = self._forward(list(ids), sequence, all_positions)
         return logits if all_positions else logits[-1]
+
+    def _prefill_graph(self, tokens: int, sequence: int) -> "_PrefillGraph":
+        """The recorded prefill of ``sequence`` whose bucket holds ``tokens`` positions (the
+        next power of two, at least :data:`PREFILL_MIN_BUCKET`, at most ``max_seq``); the
+        :data:`RECORDED_PREFILLS` most recently used are kept."""
+        bucket = min(self.max_seq, max(PREFILL_MIN_BUCKET, 1 << (tokens - 1).bit_length()))
+        key = (bucket, sequence)
+        graph = self._prefills.pop(key, None)
+        if graph is None:
+            while len(self._prefills) >= RECORDED_PREFILLS:
+                self._prefills.pop(next(iter(self._prefills)))
+            graph = _PrefillGraph(self, bucket, sequence)
+        self._prefills[key] = graph
+        return graph
 
     def decode(self, tokens: "int | Sequence[int]") -> np.ndarray:
         """Append one token to every sequence (``tokens``: an int at batch 1, else one per
@@ -654,6 +684,99 @@ class _DecodeStep:
         for target, values in inputs:
             target.copy_(tensor(values, device=dev).sync()).sync()
         self.at = None  # (until the replays that follow succeed: the caller sets it)
+
+
+class _PrefillGraph:
+    """The prefill of the first ``bucket`` positions of one sequence, recorded once into a
+    graph over preallocated buffers and replayed for every prompt of up to ``bucket`` tokens
+    (a prompt's launches driven one by one cost about 1 ms of host time each, a hundred
+    times their device time at a few hundred tokens).
+
+    A shorter prompt is padded with token 0. Each position's work is its own row of every
+    product and norm, and causal attention lets no real position see a later one, so the
+    padding changes no logit of the prompt; it writes its keys and values to the cache
+    positions after the prompt, which the decode steps overwrite before any attention reads
+    them (a step reads positions below the sequence's length only). The inputs are device
+    tensors written before each replay: the ids (``ids``), and ``last``, the prompt's last
+    position, whose row of the final hidden states the LM head multiplies."""
+
+    def __init__(self, engine: "Qwen3Engine", bucket: int, sequence: int):
+        c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
+        hq, hkv, d, hid = engine.heads, engine.kv_heads, c.head_dim, c.hidden_size
+        inter, eps, n = engine.intermediate, c.rms_norm_eps, bucket
+        self.bucket = bucket
+
+        def buffer(*shape, dtype=dt):
+            return empty(shape, dtype, device=dev).sync()
+        self.ids = zeros((n,), int32, device=dev).sync()
+        self.last = zeros((1,), int32, device=dev).sync()
+        positions = arange(0, n, dtype=int32, device=dev).sync()
+        first = sequence * engine.max_seq
+        slots = arange(first, first + n, dtype=int32, device=dev).sync()
+        x, h, o, mlp = buffer(n, hid), buffer(n, hid), buffer(n, hid), buffer(n, hid)
+        q, k, v = buffer(n, hq * d), buffer(n, hkv * d), buffer(n, hkv * d)
+        attended = buffer(n, hq, d)
+        gate, up, act = buffer(n, inter), buffer(n, inter), buffer(n, inter)
+        final = buffer(1, hid)
+        self.logits = buffer(1, c.vocab_size)
+        shapes = {(hq * d, hid), (hkv * d, hid), (hid, hq * d), (inter, hid), (hid, inter)}
+        size = max(workspace_size(n, cols, rows, dt.itemsize) for cols, rows in shapes)
+        size = max(size, workspace_size(1, c.vocab_size, hid, dt.itemsize))
+        work = buffer(max(1, size), dtype=float32)
+
+        def mm(a, weight, out):
+            return K.matmul(a, weight, out=out, workspace=work)
+        graph = _Recorder(engine)
+        graph.record(K.embedding(self.ids, w["model.embed_tokens.weight"], out=x))
+        graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps, out=h))
+        for layer in range(c.num_hidden_layers):
+            at = f"model.layers.{layer}."
+            stacked = w[at + "self_attn.qkv_proj.weight"]
+            graph.record(mm(h, stacked[:hq * d], q))
+            graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k))
+            graph.record(mm(h, stacked[(hq + hkv) * d:], v))
+            q3, k3, v3 = q.reshape(n, hq, d), k.reshape(n, hkv, d), v.reshape(n, hkv, d)
+            graph.record(K.rope(q3, k3, engine.rope_table, positions,
+                                q_norm=w[at + "self_attn.q_norm.weight"],
+                                k_norm=w[at + "self_attn.k_norm.weight"], eps=eps))
+            cache_k, cache_v = engine.cache[layer]
+            graph.record(K.kv_cache_update(cache_k, cache_v, k3, v3, slots, layout="nhd"))
+            graph.record(K.flash_attention(
+                _heads_first(q3), _heads_view(cache_k[sequence:sequence + 1, :n]),
+                _heads_view(cache_v[sequence:sequence + 1, :n]), causal=True,
+                out=_heads_first(attended)))
+            graph.record(mm(attended.reshape(n, hq * d), w[at + "self_attn.o_proj.weight"], o))
+            graph.sum_over_ranks(o)
+            graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
+                                        eps=eps, out=h))
+            gate_up = w[at + "mlp.gate_up_proj.weight"]
+            graph.record(mm(h, gate_up[:inter], gate))
+            graph.record(mm(h, gate_up[inter:], up))
+            graph.record(K.silu_mul(gate, up, out=act))
+            graph.record(mm(act, w[at + "mlp.down_proj.weight"], mlp))
+            graph.sum_over_ranks(mlp)
+            following = (f"model.layers.{layer + 1}.input_layernorm.weight"
+                         if layer + 1 < c.num_hidden_layers else "model.norm.weight")
+            graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
+        graph.record(K.embedding(self.last, h, out=final))  # (the prompt's last row)
+        graph.record(mm(final, w["lm_head.weight"], self.logits))
+        self.parts = graph.close()
+
+    def run(self, engine: "Qwen3Engine", ids: list[int]) -> np.ndarray:
+        """The logits of the last of ``ids`` (at most ``bucket`` tokens), ``(vocab,)``
+        float32, after one replay (the cache positions ``0 .. bucket`` written)."""
+        padded = np.zeros(self.bucket, np.int32)
+        padded[:len(ids)] = ids
+        dev = engine.device
+        for target, values in ((self.ids, padded),
+                               (self.last, np.array([len(ids) - 1], np.int32))):
+            target.copy_(tensor(values, device=dev).sync()).sync()
+        first, *rest = self.parts
+        op = _started(first)
+        for part in rest:
+            op = op.then(lambda _result, part=part: _started(part))
+        op.sync()
+        return self.logits.numpy().astype(np.float32)[0]
 
 
 class _Recorder:
