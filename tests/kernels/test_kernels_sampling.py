@@ -201,8 +201,8 @@ def test_argmax_splits_few_rows_of_a_long_vocabulary(rng, monkeypatch, rows, voc
 def test_split_schedule_serves_few_rows_of_a_long_vocabulary_only():
     def splits(rows, vocab):
         return sampling._splits(ts.zeros((rows, vocab), ts.bfloat16).sync())
-    assert splits(1, 151936) and splits(8, sampling.SPLIT_MIN_VOCAB)
-    assert not splits(9, 151936) and not splits(1, sampling.SPLIT_MIN_VOCAB - 1)
+    assert splits(1, 151936) and splits(64, sampling.SPLIT_MIN_VOCAB)
+    assert not splits(65, 151936) and not splits(1, sampling.SPLIT_MIN_VOCAB - 1)
     assert not splits(1, sampling.SPLIT_MAX_CHUNKS * 1024 + 1)  # (the merge's one tile)
 
 
