@@ -198,7 +198,7 @@ class Tensor:
     def filled(cls, shape: Sequence[int], value: Any, dtype: DType, device: Device) -> "Tensor":
         """A new contiguous tensor on ``device`` of ``shape`` elements equal to ``value``
         (rounded to ``dtype`` as :meth:`from_values` rounds; filled on the device)."""
-        storage = dtype.to_storage(dtype.round(np.asarray([value])))[0]
+        storage = _fill_storage(dtype, value)
         platform = platform_of(device)
         data = platform.allocate_filled(device, shape, np.asarray(storage), next_stream(device))
         base, nbytes = platform.span(data)
@@ -419,3 +419,22 @@ def borrow_mut(tensor: Tensor) -> BorrowMut:
 
 if _compiled.FASTPATH is not None:  # launches of tensors and partitions need no other check
     _compiled.FASTPATH.configure(Tensor=Tensor, Partition=Partition)
+
+
+#: the storage scalar of each (dtype, Python scalar) a tensor was filled with: rounding one
+#: value exactly (``DType.round``) takes tens of microseconds, and every ``empty``/``zeros``
+#: fills with one of a few values
+_FILL_STORAGE: dict = {}
+
+
+def _fill_storage(dtype: DType, value: Any) -> Any:
+    """``value`` rounded to ``dtype`` as its storage scalar (remembered for Python scalars,
+    keyed by ``repr`` so that 0.0 and -0.0, or NaN, each keep their own bits)."""
+    key = (dtype.name, type(value), repr(value)) if type(value) in (bool, int, float) else None
+    found = _FILL_STORAGE.get(key) if key is not None else None
+    if found is None:
+        found = dtype.to_storage(dtype.round(np.asarray([value])))[0]
+        if key is not None and len(_FILL_STORAGE) < 1024:
+            _FILL_STORAGE[key] = found
+    return found
+
