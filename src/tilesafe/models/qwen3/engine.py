@@ -663,11 +663,7 @@ class _DecodeStep:
         """``replays`` replays of the step back to back, not yet run: its graph launched, or
         its graphs and collectives in turn, each replay after the one before (one chain, one
         stream)."""
-        first, *rest = self.parts * replays
-        op = _started(first)
-        for part in rest:
-            op = op.then(lambda _result, part=part: _started(part))
-        return op
+        return _in_turn(self.parts * replays)
 
     def start(self, engine: "Qwen3Engine", tokens: list[int]) -> None:
         """Set the step's inputs: ``tokens`` at each sequence's next position (its length),
@@ -771,11 +767,7 @@ class _PrefillGraph:
         for target, values in ((self.ids, padded),
                                (self.last, np.array([len(ids) - 1], np.int32))):
             target.copy_(tensor(values, device=dev).sync()).sync()
-        first, *rest = self.parts
-        op = _started(first)
-        for part in rest:
-            op = op.then(lambda _result, part=part: _started(part))
-        op.sync()
+        _in_turn(self.parts).sync()
         return self.logits.numpy().astype(np.float32)[0]
 
 
@@ -814,6 +806,16 @@ class _Recorder:
     def close(self) -> list:
         self._end_graph()
         return self.parts
+
+
+def _in_turn(parts: list) -> DeviceOp:
+    """Recorded graphs and collectives (``_Recorder.close``) run one after another: one chain,
+    each part started when the one before has been enqueued."""
+    first, *rest = parts
+    op = _started(first)
+    for part in rest:
+        op = op.then(lambda _result, part=part: _started(part))
+    return op
 
 
 def _started(part: Any) -> DeviceOp:
