@@ -316,6 +316,64 @@ def test_sample_makes_the_references_choices_from_the_same_uniforms(rng, dtype, 
                                        offset + rows), temperature, top_k, top_p).tolist()
 
 
+def no_gumbel_rows(*args, **kwargs):
+    raise AssertionError("sample took the one-program-per-row schedule")
+
+
+@pytest.mark.parametrize("rows, vocab, dtype", [(1, 20001, "bfloat16"), (3, 16384, "float32"),
+                                                (2, 20001, "float16")])
+def test_a_split_draw_is_the_one_program_per_row_draw(rng, monkeypatch, rows, vocab, dtype):
+    """Few rows of a long vocabulary draw through chunk maxima and a merge: the tokens of
+    ``gumbel_rows`` with tiles of the chunk's width, bit for bit (the same noisy logits,
+    the same first maximum), hard rows included: ties, a NaN chunk (never chosen, as there),
+    all -inf (token 0), +inf; the documented reference agrees on the plain rows."""
+    seed, offset, temperature = 99, 5, 0.8
+    x = (2 * rng.standard_normal((rows, vocab))).astype(NP_DTYPES[dtype])
+    hard = hard_rows(rows, vocab, CHUNK, rng).astype(NP_DTYPES[dtype])
+    for logits in (x, hard):
+        want = poisoned((rows,), ts.int32)
+        offsets = on(np.array([offset], np.int64))
+        sampling.gumbel_rows(ts.borrow_mut(want).partition((1,)), on(logits), offsets, seed,
+                             temperature, C=CHUNK).sync()
+        with monkeypatch.context() as patch:
+            patch.setattr(sampling, "gumbel_rows", no_gumbel_rows)
+            got = sample(on(logits), temperature=temperature, seed=seed, offset=offset).sync()
+        assert got.numpy().tolist() == want.numpy().tolist()
+    u = uniforms(rows, vocab, seed, offset)
+    assert got_plain(x, seed, offset, temperature).tolist() == \
+        reference(x.astype(np.float32), u, temperature, 0, 1.0).tolist()
+
+
+def got_plain(x, seed, offset, temperature):
+    return sample(on(x), temperature=temperature, seed=seed, offset=offset).sync().numpy()
+
+
+def test_a_split_draw_records_into_a_graph_with_its_workspace(rng, monkeypatch):
+    """With ``out=``, a workspace and a device offset, the split draw allocates nothing: it
+    records into a graph, and each replay draws from the stream the offset holds then."""
+    monkeypatch.setattr(sampling, "gumbel_rows", no_gumbel_rows)
+    rows, vocab, seed, temperature = 2, 20001, 7, 1.1
+    x = (2 * rng.standard_normal((rows, vocab))).astype(np.float32)
+    logits, offset = on(x), on(np.array([0], np.int64))
+    workspace, out = argmax_workspace(logits).sync(), poisoned((rows,), ts.int32)
+    with ts.CudaGraph.scope() as graph:
+        graph.record(sample(logits, temperature=temperature, seed=seed, offset=offset,
+                            out=out, workspace=workspace))
+    assert np.all(out.numpy() == -123)
+    for stream in (0, 40):
+        offset.copy_(on(np.array([stream], np.int64))).sync()
+        graph.replay()
+        want = reference(x, uniforms(rows, vocab, seed, stream), temperature, 0, 1.0)
+        assert out.numpy().tolist() == want.tolist()
+    cpu_logits = ts.tensor(x, device="cpu").sync()  # (the buffer below is numpy's)
+    memory = np.full(64, 7, np.int32)  # one buffer imported twice: int32 out, f32 workspace
+    out, workspace = ts.from_dlpack(memory[:2]), ts.from_dlpack(memory.view(np.float32))
+    with pytest.raises(ts.AliasingError, match="sample: workspace and out overlap"):
+        sample(cpu_logits, temperature=temperature, seed=seed, offset=0, out=out,
+               workspace=workspace)
+    assert memory.tolist() == [7] * 64  # nothing written
+
+
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (4, 1.0), (8, 0.7)])
 def test_sampled_frequencies_follow_the_kept_distribution(top_k, top_p):
     logits = np.array([1.0, 0.2, -0.5, 2.0, 0.9, -3.0, 1.7], np.float32)

@@ -28,6 +28,9 @@ row's maximum, the first NaN if the row holds any):
 - ``temperature == 0``: ``argmax``.
 - no top-k, no top-p: Gumbel-max over the whole row, ``argmax_j(logits[j] / temperature -
   log(-log(u[j])))``, which draws ``j`` with probability ``softmax(logits / temperature)[j]``.
+  Few rows of a long vocabulary split as ``argmax`` does (``gumbel_chunk_maxima`` then
+  ``gumbel_merge_rows``, which computes the winning chunk's noisy logits again from the same
+  counters): the token of one program per row walking tiles of the chunk's width.
 - ``top_k = k``: one pass over the row keeps a running top-``K`` set (``K`` = k rounded up to
   a power of two, at most ``MAX_TOP_K``): a column tile whose maximum does not beat the set's
   smallest value is skipped, otherwise its own ``tc.topk`` is merged into the set. The set is
@@ -51,7 +54,7 @@ May import the host layer, ``kernel``, ``autotune``, ``core`` and the library's 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -160,25 +163,64 @@ def gumbel_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)
     """One row's Gumbel-max sample from softmax(logits / temperature) (see ``sample``)."""
     i, _, _ = tc.get_tile_block_id()
     tiles = logits.partition((1, C), padding=NEG_INF)
-    vocab = logits.shape[1]
-    first = _first_counter(offset, i, vocab)
-    quads = tc.arange(C // 4, tc.i64)
+    first = _first_counter(offset, i, logits.shape[1])
     best = tc.full((1,), NEG_INF, tc.f32)
     best_index = tc.zeros((1,), tc.i32)
     for j in range(tiles.num_tiles(1)):
-        # C columns use C/4 counters, all four words of each: column 4q + w is word w of q
-        w0, w1, w2, w3 = tc.randint4x(seed, first + tc.astype(j * (C // 4), tc.i64) + quads)
-        u = tc.uint_to_uniform(tc.cat((w0.reshape((C // 4, 1)), w1.reshape((C // 4, 1)),
-                                       w2.reshape((C // 4, 1)), w3.reshape((C // 4, 1))),
-                                      axis=1))
-        x = tiles.load((i, j)).astype(tc.f32).reshape((C,)) / temperature
-        noisy = x - tc.log(-tc.log(u.reshape((C,))))
-        noisy = noisy.reshape((1, C))  # (padding columns stay -inf)
+        noisy = _gumbel_tile(tiles, i, j, first, seed, temperature, C)
         tile_max = tc.reduce_max(noisy, 1)
         better = tile_max > best
         best_index = tc.where(better, tc.argmax(noisy, 1) + j * C, best_index)
         best = tc.where(better, tile_max, best)
     out.store(best_index)
+
+
+@function
+def _gumbel_tile(tiles, i, j, first, seed, temperature, C):
+    """Row ``i``'s column tile ``j`` (``C`` columns, of the partition ``tiles``) divided by
+    the temperature, minus the log of minus the log of each column's uniform: a ``(1, C)``
+    f32 tile whose padding columns stay -inf. The same for every schedule that reads the
+    tile (``gumbel_rows``, ``gumbel_chunk_maxima``, ``gumbel_merge_rows``)."""
+    # C columns use C/4 counters, all four words of each: column 4q + w is word w of q
+    quads = tc.arange(C // 4, tc.i64)
+    w0, w1, w2, w3 = tc.randint4x(seed, first + tc.astype(j * (C // 4), tc.i64) + quads)
+    u = tc.uint_to_uniform(tc.cat((w0.reshape((C // 4, 1)), w1.reshape((C // 4, 1)),
+                                   w2.reshape((C // 4, 1)), w3.reshape((C // 4, 1))),
+                                  axis=1))
+    x = tiles.load((i, j)).astype(tc.f32).reshape((C,)) / temperature
+    return (x - tc.log(-tc.log(u.reshape((C,))))).reshape((1, C))
+
+
+@kernel
+def gumbel_chunk_maxima(maxima: tc.MutTensor[tc.f32, (1, 1)], logits: tc.Tensor["T", (-1, -1)],
+                        offset: tc.Tensor[tc.i64, (-1,)], seed: int, temperature: float,
+                        C: tc.Const[int]):
+    """The largest noisy logit of chunk ``(row, c)`` (``_gumbel_tile``; NaN if it holds one)."""
+    row, chunk, _ = tc.get_tile_block_id()
+    tiles = logits.partition((1, C), padding=NEG_INF)
+    first = _first_counter(offset, row, logits.shape[1])
+    noisy = _gumbel_tile(tiles, row, chunk, first, seed, temperature, C)
+    maxima.store(tc.reduce_max(noisy, 1, keepdims=True))
+
+
+@kernel
+def gumbel_merge_rows(out: tc.MutTensor[tc.i32, (1,)], logits: tc.Tensor["T", (-1, -1)],
+                      offset: tc.Tensor[tc.i64, (-1,)], maxima: tc.Tensor[tc.f32, (-1, -1)],
+                      seed: int, temperature: float, C: tc.Const[int], CP: tc.Const[int]):
+    """One row's draw from its chunk maxima, as ``gumbel_rows`` chooses with tiles of ``C``
+    columns: the first chunk holding the largest maximum that is not NaN (a chunk holding a
+    NaN is never chosen there: its maximum compares false), then the first column of that
+    chunk's noisy logits at it; 0 when every maximum is -inf or NaN."""
+    row, _, _ = tc.get_tile_block_id()
+    tops = maxima.partition((1, CP), padding=NEG_INF).load((row, 0)).reshape((CP,))
+    top = tc.reduce_max(tc.where(tops == tops, tops, NEG_INF))
+    chunk = tc.reduce_min(tc.where(tops == top, tc.arange(CP), LAST_INDEX))
+    chunk = tc.where(top > NEG_INF, chunk, 0)
+    tiles = logits.partition((1, C), padding=NEG_INF)
+    first = _first_counter(offset, row, logits.shape[1])
+    noisy = _gumbel_tile(tiles, row, chunk, first, seed, temperature, C)
+    index = tc.argmax(noisy, 1) + chunk * C
+    out.store(tc.where(top > NEG_INF, index, 0).reshape((1,)))
 
 
 @kernel
@@ -254,20 +296,49 @@ def _split_key(logits: Tensor, out: Output, workspace: Optional[Tensor]) -> tupl
           kernels=(argmax_chunk_maxima, argmax_merge_rows), mutates=("out",))
 def _launch_argmax_split(logits: Tensor, out: Output, workspace: Optional[Tensor], *,
                          config: dict) -> DeviceOp:
-    rows, vocab = logits.shape
     chunk = config["chunk"]
+    return _split_launches(
+        logits, workspace, chunk, "argmax",
+        lambda part: argmax_chunk_maxima(part, logits, C=chunk),
+        lambda maxima, chunks: argmax_merge_rows(out.partition((1,)), logits, maxima, C=chunk,
+                                                 CP=args.pow2(chunks)))
+
+
+def _sample_split_key(logits: Tensor, offset: Tensor, out: Output,
+                      workspace: Optional[Tensor], seed: int, temperature: float) -> tuple:
+    return (logits.shape[0], logits.shape[1], logits.dtype.name)
+
+
+@autotune(configs=SPLIT_CONFIGS, key=_sample_split_key,
+          kernels=(gumbel_chunk_maxima, gumbel_merge_rows), mutates=("out",))
+def _launch_sample_split(logits: Tensor, offset: Tensor, out: Output,
+                         workspace: Optional[Tensor], seed: int, temperature: float, *,
+                         config: dict) -> DeviceOp:
+    chunk = config["chunk"]
+    return _split_launches(
+        logits, workspace, chunk, "sample",
+        lambda part: gumbel_chunk_maxima(part, logits, offset, seed, temperature, C=chunk),
+        lambda maxima, chunks: gumbel_merge_rows(out.partition((1,)), logits, offset, maxima,
+                                                 seed, temperature, C=chunk,
+                                                 CP=args.pow2(chunks)))
+
+
+def _split_launches(logits: Tensor, workspace: Optional[Tensor], chunk: int, op: str,
+                    stats: Callable[[Any], DeviceOp],
+                    merge: Callable[[Tensor, int], DeviceOp]) -> DeviceOp:
+    """A split schedule's two launches: ``stats(partition)`` writes the ``(rows, chunks)``
+    chunk maxima through the partition, then ``merge(maxima, chunks)`` reads them; the
+    maxima live in the lent ``workspace`` (a flat float32 tensor large enough), else in a
+    tensor allocated for the call."""
+    rows, vocab = logits.shape
     chunks = -(-vocab // chunk)
     if workspace is None:
         maxima = Output(None, (rows, chunks), float32, logits.device, name="chunk maxima",
-                        op="argmax")
-        stats = argmax_chunk_maxima(maxima.partition((1, 1)), logits, C=chunk)
-        return stats.then(lambda r: argmax_merge_rows(
-            out.partition((1,)), logits, maxima.tensor(r.maxima), C=chunk,
-            CP=args.pow2(chunks)))
-    lent = workspace[:rows * chunks].reshape(rows, chunks)  # (one row: checked by argmax)
-    stats = argmax_chunk_maxima(borrow_mut(lent).partition((1, 1)), logits, C=chunk)
-    return stats.then(lambda r: argmax_merge_rows(out.partition((1,)), logits, lent, C=chunk,
-                                                  CP=args.pow2(chunks)))
+                        op=op)
+        return stats(maxima.partition((1, 1))).then(
+            lambda r: merge(maxima.tensor(r.maxima), chunks))
+    lent = workspace[:rows * chunks].reshape(rows, chunks)  # (one row: checked by the caller)
+    return stats(borrow_mut(lent).partition((1, 1))).then(lambda r: merge(lent, chunks))
 
 
 def _splits(logits: Tensor) -> bool:
@@ -380,21 +451,30 @@ def argmax(logits: Tensor, *, out: Optional[Tensor] = None,
     logits = _logits(op, logits)
     workspace = _workspace(op, workspace, logits)
     result = _output(op, out, logits)
+    _check_apart(op, workspace, out)
+    return _greedy(logits, result, workspace).then(lambda r: result.tensor(r.out))
+
+
+def _check_apart(op: str, workspace: Optional[Tensor], out: Optional[Tensor]) -> None:
+    """AliasingError where a lent workspace shares memory with ``out``: refused before
+    anything runs, since the first launch would write the chunk maxima into ``out`` before
+    the second one's borrows refuse it."""
     if workspace is not None and out is not None and workspace._overlaps(out):
-        # (refused here: the first launch would write the chunk maxima into ``out`` before
-        # the second one's borrows refuse it)
         raise AliasingError(f"{op}: workspace and out overlap in memory", caller_location(),
                             hint="lend a workspace of its own (argmax_workspace(logits))")
+
+
+def _greedy(logits: Tensor, result: Output, workspace: Optional[Tensor]) -> DeviceOp:
+    """``argmax``'s launches: split where :func:`_splits` says, else one program per row."""
     if _splits(logits):
-        launched = _launch_argmax_split(logits, result, workspace)
-    else:
-        launched = _launch_argmax(logits, result)
-    return launched.then(lambda r: result.tensor(r.out))
+        return _launch_argmax_split(logits, result, workspace)
+    return _launch_argmax(logits, result)
 
 
 @accepts_torch
 def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
-           seed: int, offset: Union[int, Tensor], out: Optional[Tensor] = None) -> DeviceOp:
+           seed: int, offset: Union[int, Tensor], out: Optional[Tensor] = None,
+           workspace: Optional[Tensor] = None) -> DeviceOp:
     """Draw one token per row from ``softmax(logits / temperature)``, restricted to the
     ``top_k`` largest logits and then to the smallest prefix of them holding ``top_p`` of the
     probability (transformers' temperature, top-k, top-p warpers, in that order). The draw is
@@ -409,6 +489,10 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
         offset: the first random stream: row ``r`` uses stream ``offset + r`` (an int >= 0,
             or a ``(1,)`` int64 tensor on the device, which a CUDA graph replay reads anew).
         out: where to write, ``(rows,)`` int32 (default: a new tensor).
+        workspace: as :func:`argmax`'s (from :func:`argmax_workspace`): the chunk maxima of
+            the split schedule that greedy and full-vocabulary draws of few rows take (the
+            noisy logits' maxima per chunk, then the winning chunk drawn again: the same
+            token as one program per row with chunks of the same width).
 
     Returns:
         A DeviceOp whose result is the ``(rows,)`` int32 token ids.
@@ -416,19 +500,29 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
     Raises:
         ArgumentError: logits not a non-empty 2-D float tensor; an option out of range (the
             message says which); an ``offset`` tensor that is not ``(1,)`` int64 on the
-            logits' device; an ``out`` of another shape, dtype or device.
+            logits' device; an ``out`` of another shape, dtype or device; a ``workspace``
+            as :func:`argmax` refuses it.
+        AliasingError: a ``workspace`` sharing memory with ``logits`` or ``out``.
     """
     op = "sample"
     logits = _logits(op, logits)
     temperature, top_p = float(temperature), float(top_p)
     check_options(temperature, top_k, top_p, seed)
+    workspace = _workspace(op, workspace, logits)
     result = _output(op, out, logits)
+    _check_apart(op, workspace, out)
     if temperature == 0:
-        return _launch_argmax(logits, result).then(lambda r: result.tensor(r.out))
+        return _greedy(logits, result, workspace).then(lambda r: result.tensor(r.out))
     offset = _offset(op, offset, logits)
     top_k = min(int(top_k), logits.shape[1])
-    return _launch_sample(logits, offset, result, int(seed), temperature, top_k,
-                          top_p).then(lambda r: result.tensor(r.out))
+    if top_k == 0 and _splits(logits):
+        if not isinstance(offset, Tensor):  # (an int's tensor, read by both launches)
+            offset = offset.sync()
+        launched = _launch_sample_split(logits, offset, result, workspace, int(seed),
+                                        temperature)
+    else:
+        launched = _launch_sample(logits, offset, result, int(seed), temperature, top_k, top_p)
+    return launched.then(lambda r: result.tensor(r.out))
 
 
 def check_options(temperature: float, top_k: int, top_p: float, seed: int) -> None:

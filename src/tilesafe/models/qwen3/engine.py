@@ -648,7 +648,8 @@ class _DecodeStep:
         else:
             graph.record(K.sample(self.logits, temperature=sampling.temperature,
                                   top_k=sampling.top_k, top_p=sampling.top_p,
-                                  seed=sampling.seed, offset=self.offset, out=self.token))
+                                  seed=sampling.seed, offset=self.offset, out=self.token,
+                                  workspace=argmax_work))
             graph.record(_advance_draws(_borrowed(self.offset), n))
         graph.record(_keep_tokens(borrow_mut(self.tokens).partition(1, at=self.slot),
                                   self.token))
