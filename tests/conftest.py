@@ -59,7 +59,31 @@ def launch_path():
     return "compiled" if _compiled.FASTPATH is not None else "python"
 
 
+#: ``id(kernel IR) -> {launch facts}``: the alignment facts a GPU launch would have compiled
+#: each interpreter launch of the suite with (``backends/tileir/facts.py``), recorded so that
+#: ``tests/tileir/test_zz_compile_suite.py`` compiles those variants too (TMA and wide accesses
+#: are chosen from them), not only the variant that assumes nothing
+GPU_FACTS_SEEN: dict = {}
+
+
+def _record_gpu_facts() -> None:
+    """Make the interpreter backend note, for each launch, the facts the GPU backend would
+    derive from the same arguments (the interpreter itself still assumes nothing)."""
+    from tilesafe.backends.interp.backend import InterpreterBackend
+    from tilesafe.backends.tileir.facts import launch_facts
+    plain = InterpreterBackend.launch_facts
+
+    def noting(self, ir, args):
+        try:
+            GPU_FACTS_SEEN.setdefault(id(ir), set()).add(launch_facts(ir, args))
+        except Exception:  # (a launch the GPU backend would describe otherwise: not noted)
+            pass
+        return plain(self, ir, args)
+    InterpreterBackend.launch_facts = noting
+
+
 def pytest_configure(config):
+    _record_gpu_facts()
     config.addinivalue_line("markers", "interpreter_only(reason): checks a property only the "
                             "cpu interpreter has (its out-of-bounds diagnostics, correctly "
                             "rounded transcendentals, cpu memory); skipped when the suite runs "
