@@ -342,7 +342,8 @@ def _split_launches(logits: Tensor, workspace: Optional[Tensor], chunk: int, op:
 
 
 def _splits(logits: Tensor) -> bool:
-    """Whether ``argmax`` of ``logits`` takes the split schedule (module docstring)."""
+    """Whether ``argmax`` of ``logits`` (and ``sample`` from its whole vocabulary) takes the
+    split schedule (module docstring)."""
     rows, vocab = logits.shape
     smallest = min(c["chunk"] for c in SPLIT_CONFIGS)
     return rows <= SPLIT_MAX_ROWS and SPLIT_MIN_VOCAB <= vocab <= SPLIT_MAX_CHUNKS * smallest
