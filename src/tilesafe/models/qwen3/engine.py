@@ -16,8 +16,8 @@ projection's GEMV: ``silu_mul_matmul``), ``argmax`` or ``sample``.
 
 The prefill of a sequence is recorded once per prompt length bucket (the next power of two)
 into a ``ts.CudaGraph`` and replayed for every prompt of that bucket, padded
-(:class:`_PrefillGraph`; ``all_positions=True`` or ``record_prefill = False`` drives each
-launch in turn instead). The decode step is recorded once per :class:`Sampling` (every
+(:class:`_Prefill`; ``all_positions=True`` or ``record_prefill = False`` runs the same
+launches as they are made instead). The decode step is recorded once per :class:`Sampling` (every
 output, workspace and input preallocated: the tokens, positions, cache slots, lengths and
 the random stream are device tensors, advanced by the step's last kernels) and replayed per
 token.
@@ -227,7 +227,7 @@ class Qwen3Engine:
         #: each sequence's length (prompt plus tokens decoded so far)
         self.lengths = [0] * batch
         self._steps: dict = {}  # Sampling -> its recorded _DecodeStep
-        self._prefills: dict = {}  # (bucket, sequence) -> its recorded _PrefillGraph
+        self._prefills: dict = {}  # (bucket, sequence) -> its recorded _Prefill
         #: record each prompt length bucket's prefill into a graph (False: every prefill
         #: drives its launches one by one)
         self.record_prefill = True
@@ -284,15 +284,16 @@ class Qwen3Engine:
                                 f"max_seq {self.max_seq}",
                                 hint="make the engine with a larger max_seq")
         self.lengths[sequence] = 0
+        ids = list(ids)
         if self.record_prefill and not all_positions:
-            graph = self._prefill_graph(len(ids), sequence)
-            logits = graph.run(self, list(ids))
-            self.lengths[sequence] = len(ids)
-            return logits
-        logits = self._forward(list(ids), sequence, all_positions)
-        return logits if all_positions else logits[-1]
+            logits = self._prefill_graph(len(ids), sequence).run(self, ids)
+        else:  # (its launches run as they are made)
+            logits = _Prefill(self, len(ids), sequence, driven_ids=ids,
+                              all_positions=all_positions).logits_now()
+        self.lengths[sequence] = len(ids)
+        return logits if all_positions else logits[0]
 
-    def _prefill_graph(self, tokens: int, sequence: int) -> "_PrefillGraph":
+    def _prefill_graph(self, tokens: int, sequence: int) -> "_Prefill":
         """The recorded prefill of ``sequence`` whose bucket holds ``tokens`` positions (the
         next power of two, at least :data:`PREFILL_MIN_BUCKET`, at most ``max_seq``); the
         :data:`RECORDED_PREFILLS` most recently used are kept."""
@@ -302,7 +303,7 @@ class Qwen3Engine:
         if graph is None:
             while len(self._prefills) >= RECORDED_PREFILLS:
                 self._prefills.pop(next(iter(self._prefills)))
-            graph = _PrefillGraph(self, bucket, sequence)
+            graph = _Prefill(self, bucket, sequence)
         self._prefills[key] = graph
         return graph
 
@@ -412,56 +413,6 @@ class Qwen3Engine:
         self.draws += steps - 1
         step.at = (tuple(self.lengths), self.draws)
         return made
-
-    def _forward(self, ids: list[int], sequence: int, all_positions: bool) -> np.ndarray:
-        c, w = self.config, self.weights
-        t, start = len(ids), self.lengths[sequence]
-        hq, hkv, d = self.heads, self.kv_heads, c.head_dim
-        device = self.device
-        ids_t = tensor(np.asarray(ids, np.int32), device=device).sync()
-        positions = arange(start, start + t, dtype=int32, device=device).sync()
-        first_slot = sequence * self.max_seq + start  # (row `sequence` of the caches)
-        slots = arange(first_slot, first_slot + t, dtype=int32, device=device).sync()
-        x = K.embedding(ids_t, w["model.embed_tokens.weight"]).sync()
-        h = K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=c.rms_norm_eps).sync()
-        for layer in range(c.num_hidden_layers):
-            at = f"model.layers.{layer}."
-            qkv = w[at + "self_attn.qkv_proj.weight"]  # (the rows of q, k and v: views)
-            q = K.matmul(h, qkv[:hq * d]).sync()
-            k = K.matmul(h, qkv[hq * d:(hq + hkv) * d]).sync()
-            v = K.matmul(h, qkv[(hq + hkv) * d:]).sync()
-            q, k, v = q.reshape(t, hq, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
-            K.rope(q, k, self.rope_table, positions, q_norm=w[at + "self_attn.q_norm.weight"],
-                   k_norm=w[at + "self_attn.k_norm.weight"], eps=c.rms_norm_eps).sync()
-            cache_k, cache_v = self.cache[layer]
-            K.kv_cache_update(cache_k, cache_v, k, v, slots, layout="nhd").sync()
-            attended = empty((t, hq, d), self.dtype, device=device).sync()
-            keys = _heads_view(cache_k[sequence:sequence + 1, :start + t])
-            values = _heads_view(cache_v[sequence:sequence + 1, :start + t])
-            K.flash_attention(_heads_first(q), keys, values, causal=True,
-                              out=_heads_first(attended)).sync()
-            o = self._summed(K.matmul(attended.reshape(t, hq * d),
-                                      w[at + "self_attn.o_proj.weight"]).sync())
-            h, x = K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
-                                  eps=c.rms_norm_eps).sync()
-            gate_up = w[at + "mlp.gate_up_proj.weight"]  # (two row views: two GEMMs)
-            gate = K.matmul(h, gate_up[:self.intermediate]).sync()
-            up = K.matmul(h, gate_up[self.intermediate:]).sync()
-            act = K.silu_mul(gate, up).sync()
-            mlp = self._summed(K.matmul(act, w[at + "mlp.down_proj.weight"]).sync())
-            following = (f"model.layers.{layer + 1}.input_layernorm.weight"
-                         if layer + 1 < c.num_hidden_layers else "model.norm.weight")
-            h, x = K.add_rms_norm(mlp, x, w[following], eps=c.rms_norm_eps).sync()
-        logits = K.matmul(h if all_positions else h[t - 1:], w["lm_head.weight"]).sync()
-        self.lengths[sequence] = start + t
-        return logits.numpy().astype(np.float32)
-
-    def _summed(self, partial: Any) -> Any:
-        """A row-parallel projection's output: this rank's partial product summed over the
-        ranks (unchanged on one)."""
-        if self.ranks == 1:
-            return partial
-        return collectives.all_reduce(partial, group=self.group).sync()
 
 
 def _tensor_parallel(config: Qwen3Config, ranks: Any, group: Any) -> tuple[int, int, Any]:
@@ -683,11 +634,13 @@ class _DecodeStep:
         self.at = None  # (until the replays that follow succeed: the caller sets it)
 
 
-class _PrefillGraph:
-    """The prefill of the first ``bucket`` positions of one sequence, recorded once into a
-    graph over preallocated buffers and replayed for every prompt of up to ``bucket`` tokens
-    (a prompt's launches driven one by one cost about 1 ms of host time each, a hundred
-    times their device time at a few hundred tokens).
+class _Prefill:
+    """The prefill of the first ``n`` positions of one sequence over preallocated buffers,
+    either recorded once into a graph (the default: replayed by :meth:`run` for every prompt
+    of up to ``n`` tokens, a bucket) or, with ``driven_ids``, run launch by launch as it is
+    made (a prompt of exactly ``n`` tokens; ``all_positions``: the logits of every position).
+    Driven one by one, a prompt's launches cost about 1 ms of host time each, a hundred times
+    their device time at a few hundred tokens.
 
     A shorter prompt is padded with token 0. Each position's work is its own row of every
     product and norm, and causal attention lets no real position see a later one, so the
@@ -697,11 +650,12 @@ class _PrefillGraph:
     tensors written before each replay: the ids (``ids``), and ``last``, the prompt's last
     position, whose row of the final hidden states the LM head multiplies."""
 
-    def __init__(self, engine: "Qwen3Engine", bucket: int, sequence: int):
+    def __init__(self, engine: "Qwen3Engine", n: int, sequence: int, *,
+                 driven_ids: Optional[list[int]] = None, all_positions: bool = False):
         c, w, dev, dt = engine.config, engine.weights, engine.device, engine.dtype
         hq, hkv, d, hid = engine.heads, engine.kv_heads, c.head_dim, c.hidden_size
-        inter, eps, n = engine.intermediate, c.rms_norm_eps, bucket
-        self.bucket = bucket
+        inter, eps = engine.intermediate, c.rms_norm_eps
+        self.bucket = n
 
         def buffer(*shape, dtype=dt):
             return empty(shape, dtype, device=dev).sync()
@@ -714,21 +668,22 @@ class _PrefillGraph:
         q, k, v = buffer(n, hq * d), buffer(n, hkv * d), buffer(n, hkv * d)
         attended = buffer(n, hq, d)
         gate, up, act = buffer(n, inter), buffer(n, inter), buffer(n, inter)
-        final = buffer(1, hid)
-        self.logits = buffer(1, c.vocab_size)
+        self.logits = buffer(n if all_positions else 1, c.vocab_size)
         shapes = {(hq * d, hid), (hkv * d, hid), (hid, hq * d), (inter, hid), (hid, inter)}
         size = max(workspace_size(n, cols, rows, dt.itemsize) for cols, rows in shapes)
-        size = max(size, workspace_size(1, c.vocab_size, hid, dt.itemsize))
+        size = max(size, workspace_size(self.logits.shape[0], c.vocab_size, hid, dt.itemsize))
         work = buffer(max(1, size), dtype=float32)
 
         def mm(a, weight, out):
             return K.matmul(a, weight, out=out, workspace=work)
-        graph = _Recorder(engine)
+        if driven_ids is not None:
+            self._set_inputs(engine, driven_ids)  # (read by the launches as they are made)
+        graph = _Recorder(engine) if driven_ids is None else _Driver(engine)
         graph.record(K.embedding(self.ids, w["model.embed_tokens.weight"], out=x))
         graph.record(K.rms_norm(x, w["model.layers.0.input_layernorm.weight"], eps=eps, out=h))
         for layer in range(c.num_hidden_layers):
             at = f"model.layers.{layer}."
-            stacked = w[at + "self_attn.qkv_proj.weight"]
+            stacked = w[at + "self_attn.qkv_proj.weight"]  # (the rows of q, k and v: views)
             graph.record(mm(h, stacked[:hq * d], q))
             graph.record(mm(h, stacked[hq * d:(hq + hkv) * d], k))
             graph.record(mm(h, stacked[(hq + hkv) * d:], v))
@@ -746,7 +701,7 @@ class _PrefillGraph:
             graph.sum_over_ranks(o)
             graph.record(K.add_rms_norm(o, x, w[at + "post_attention_layernorm.weight"],
                                         eps=eps, out=h))
-            gate_up = w[at + "mlp.gate_up_proj.weight"]
+            gate_up = w[at + "mlp.gate_up_proj.weight"]  # (two row views: two GEMMs)
             graph.record(mm(h, gate_up[:inter], gate))
             graph.record(mm(h, gate_up[inter:], up))
             graph.record(K.silu_mul(gate, up, out=act))
@@ -755,21 +710,51 @@ class _PrefillGraph:
             following = (f"model.layers.{layer + 1}.input_layernorm.weight"
                          if layer + 1 < c.num_hidden_layers else "model.norm.weight")
             graph.record(K.add_rms_norm(mlp, x, w[following], eps=eps, out=h))
-        graph.record(K.embedding(self.last, h, out=final))  # (the prompt's last row)
-        graph.record(mm(final, w["lm_head.weight"], self.logits))
+        if all_positions:
+            graph.record(mm(h, w["lm_head.weight"], self.logits))
+        else:
+            final = buffer(1, hid)
+            graph.record(K.embedding(self.last, h, out=final))  # (the prompt's last row)
+            graph.record(mm(final, w["lm_head.weight"], self.logits))
         self.parts = graph.close()
 
-    def run(self, engine: "Qwen3Engine", ids: list[int]) -> np.ndarray:
-        """The logits of the last of ``ids`` (at most ``bucket`` tokens), ``(vocab,)``
-        float32, after one replay (the cache positions ``0 .. bucket`` written)."""
+    def _set_inputs(self, engine: "Qwen3Engine", ids: list[int]) -> None:
+        """Write the ids (padded with token 0) and the last position's index."""
         padded = np.zeros(self.bucket, np.int32)
         padded[:len(ids)] = ids
-        dev = engine.device
         for target, values in ((self.ids, padded),
                                (self.last, np.array([len(ids) - 1], np.int32))):
-            target.copy_(tensor(values, device=dev).sync()).sync()
+            target.copy_(tensor(values, device=engine.device).sync()).sync()
+
+    def run(self, engine: "Qwen3Engine", ids: list[int]) -> np.ndarray:
+        """One replay of the recorded prefill for ``ids`` (at most ``bucket`` tokens): the
+        logits of its last position, ``(1, vocab)`` float32 (the cache positions ``0 ..
+        bucket`` written)."""
+        self._set_inputs(engine, ids)
         _in_turn(self.parts).sync()
-        return self.logits.numpy().astype(np.float32)[0]
+        return self.logits_now()
+
+    def logits_now(self) -> np.ndarray:
+        """The logits the launches wrote, float32 (one row, or every position's)."""
+        return self.logits.numpy().astype(np.float32)
+
+
+class _Driver:
+    """``_Recorder``'s counterpart that runs each op as it is given (and each sum over the
+    ranks at once): the same launches, driven one by one."""
+
+    def __init__(self, engine: "Qwen3Engine"):
+        self.engine = engine
+
+    def record(self, op: DeviceOp) -> None:
+        op.sync()
+
+    def sum_over_ranks(self, partial: Any) -> None:
+        if self.engine.ranks > 1:
+            collectives.all_reduce(partial, group=self.engine.group).sync()
+
+    def close(self) -> list:
+        return []
 
 
 class _Recorder:
