@@ -266,6 +266,49 @@ def test_argmax_workspace_errors(rng):
         assert "argmax_workspace(logits)" in str(info.value)
 
 
+def test_two_threads_lending_one_workspace_are_refused_never_mixed(rng):
+    """Two threads draw greedy and sampled tokens from their own logits through one lent
+    workspace: a split launched while the other thread's is pending is refused (BorrowError)
+    and retried, and no thread ever reads the other's chunk maxima (every token is its own
+    logits' argmax, or its own reference draw)."""
+    import threading
+    import time
+    vocab, seed, temperature = 20001, 4, 0.9
+    rows = [(3 * rng.standard_normal((2, vocab))).astype(np.float32) for _ in range(2)]
+    logits = [on(x) for x in rows]
+    workspace = argmax_workspace(logits[0]).sync()
+    outs = [ts.zeros((2,), ts.int32).sync() for _ in range(2)]
+    wrong: list = []
+
+    def work(i):
+        want_greedy = np.argmax(rows[i], 1).tolist()
+        want_drawn = reference(rows[i], uniforms(2, vocab, seed, 0), temperature, 0, 1.0)
+        for step in range(12):
+            for _ in range(1000):
+                try:
+                    if step % 2:
+                        sample(logits[i], temperature=temperature, seed=seed, offset=0,
+                               out=outs[i], workspace=workspace).sync()
+                        want = want_drawn.tolist()
+                    else:
+                        argmax(logits[i], out=outs[i], workspace=workspace).sync()
+                        want = want_greedy
+                    break
+                except ts.BorrowError:
+                    time.sleep(0.001)
+            else:
+                wrong.append((i, step, "never ran"))
+                continue
+            if outs[i].numpy().tolist() != want:
+                wrong.append((i, step, outs[i].numpy().tolist(), want))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
+
+
 def test_a_workspace_sharing_memory_with_logits_or_out_is_refused(rng):
     """The first launch's borrows refuse a workspace over the logits (it writes the
     workspace while reading them); a workspace over ``out`` is refused before anything runs,
