@@ -288,7 +288,8 @@ def _launch_argmax(logits: Tensor, out: Output, *, config: dict) -> DeviceOp:
 SPLIT_CONFIGS = [{"chunk": 1024}, {"chunk": 2048}, {"chunk": 4096}]
 
 
-def _split_key(logits: Tensor, out: Output, workspace: Optional[Tensor]) -> tuple:
+def _split_key(logits: Tensor, *_rest: Any, **_named: Any) -> tuple:
+    """Both split schedules' tuning key: the logits' rows, columns and dtype."""
     return (logits.shape[0], logits.shape[1], logits.dtype.name)
 
 
@@ -304,12 +305,7 @@ def _launch_argmax_split(logits: Tensor, out: Output, workspace: Optional[Tensor
                                                  CP=args.pow2(chunks)))
 
 
-def _sample_split_key(logits: Tensor, offset: Tensor, out: Output,
-                      workspace: Optional[Tensor], seed: int, temperature: float) -> tuple:
-    return (logits.shape[0], logits.shape[1], logits.dtype.name)
-
-
-@autotune(configs=SPLIT_CONFIGS, key=_sample_split_key,
+@autotune(configs=SPLIT_CONFIGS, key=_split_key,
           kernels=(gumbel_chunk_maxima, gumbel_merge_rows), mutates=("out",))
 def _launch_sample_split(logits: Tensor, offset: Tensor, out: Output,
                          workspace: Optional[Tensor], seed: int, temperature: float, *,
