@@ -59,7 +59,7 @@ def launch_path():
     return "compiled" if _compiled.FASTPATH is not None else "python"
 
 
-#: ``id(kernel IR) -> {launch facts}``: the alignment facts a GPU launch would have compiled
+#: ``id(kernel IR) -> (that IR, {launch facts})``: the alignment facts a GPU launch would have compiled
 #: each interpreter launch of the suite with (``backends/tileir/facts.py``), recorded so that
 #: ``tests/tileir/test_zz_compile_suite.py`` compiles those variants too (TMA and wide accesses
 #: are chosen from them), not only the variant that assumes nothing
@@ -75,7 +75,8 @@ def _record_gpu_facts() -> None:
 
     def noting(self, ir, args):
         try:
-            GPU_FACTS_SEEN.setdefault(id(ir), set()).add(launch_facts(ir, args))
+            # (the IR is kept with its facts, so that its id is never reused by another)
+            GPU_FACTS_SEEN.setdefault(id(ir), (ir, set()))[1].add(launch_facts(ir, args))
         except Exception:  # (a launch the GPU backend would describe otherwise: not noted)
             pass
         return plain(self, ir, args)

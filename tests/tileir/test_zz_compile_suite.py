@@ -40,6 +40,12 @@ def _refused(ir, hints) -> bool:
     return False
 
 
+def _facts_seen(seen: dict, ir) -> set:
+    """The launch facts noted for this very IR object (``conftest.GPU_FACTS_SEEN``)."""
+    entry = seen.get(id(ir))
+    return entry[1] if entry is not None and entry[0] is ir else set()
+
+
 def test_every_specialization_of_the_suite_compiles_for_sm_90(tmp_path, monkeypatch):
     _tool_or_skip()
     from tilesafe import backends, pipeline
@@ -48,7 +54,7 @@ def test_every_specialization_of_the_suite_compiles_for_sm_90(tmp_path, monkeypa
     from conftest import GPU_FACTS_SEEN
     jobs = [(k, spec, ir, facts) for k in live_kernels()
             for spec, ir in list(k._ir_cache.items()) if not _refused(ir, k.hints)
-            for facts in {(), *GPU_FACTS_SEEN.get(id(ir), ())}]
+            for facts in {(), *_facts_seen(GPU_FACTS_SEEN, ir)}]
     if not jobs:
         pytest.skip("no kernel was compiled before this test: it checks what the whole suite "
                     "compiled, so run it with the rest of the suite")
