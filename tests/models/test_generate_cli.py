@@ -86,3 +86,27 @@ def test_a_text_prompt_goes_through_the_tokenizer(checkpoint, tmp_path, capsys):
     assert "prompt     3 tokens" in out and "text       'w" in out
     assert main(["generate", "--model", str(checkpoint), "--prompt", "hello", "--quiet"]) == 1
     assert "tokenizer.json, which does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_roofline_counts_each_matrix_the_step_reads_once(tied):
+    """The bytes of a decode step: every checkpoint weight once, except that the lookup
+    reads only the step's rows of an untied embedding table (a tied one is the lm head's
+    matrix, read whole once), plus each sequence's key/value cache."""
+    import dataclasses
+    from math import prod
+
+    from tilesafe.models.generate import bytes_per_step
+    from tilesafe.models.qwen3.weights import weight_shapes
+    config = dataclasses.replace(TINY, tie_word_embeddings=tied)
+    batch, context = 3, 10.5
+    read = 0
+    for name, shape in weight_shapes(config):
+        if name == "model.embed_tokens.weight" and not tied:
+            read += batch * shape[1]  # (the rows of the step's tokens)
+        else:
+            read += prod(shape)
+    if tied:
+        read += batch * config.hidden_size  # (the lookup's rows, beside the head's whole read)
+    cache = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+    assert bytes_per_step(config, context, batch) == 2 * (read + batch * cache * context)

@@ -227,7 +227,8 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace,
               rate: float) -> str:
     """The share of the memory roofline a decode rate reaches (on a GPU): the bytes one step
-    reads (every weight once, the lm head included, and each sequence's mean key/value cache)
+    reads (``bytes_per_step``: every weight once, one embedding row per sequence, each
+    sequence's mean key/value cache)
     over the device-to-device copy rate measured now."""
     if not engine.device_name.startswith("cuda") or not rate == rate:
         return "n/a (measured on a GPU only)"
@@ -242,13 +243,17 @@ def _roofline(engine: Qwen3Engine, config: Qwen3Config, args: argparse.Namespace
 
 def bytes_per_step(config: Qwen3Config, context: float, batch: int = 1,
                    itemsize: int = 2) -> float:
-    """Bytes one decode step reads: every weight once (a tied lm head twice) and the
-    key/value cache of ``context`` positions for each of ``batch`` sequences."""
-    weights = config.parameter_count() * itemsize
-    if config.tie_word_embeddings:
-        weights += config.vocab_size * config.hidden_size * itemsize  # (read twice)
-    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * itemsize
-    return weights + batch * kv * context
+    """Bytes one decode step must read: every weight the step multiplies by once (the lm
+    head's matrix once, tied to the embedding or not), one embedding row per sequence (the
+    lookup reads the rows of the step's tokens, not the table) and the key/value cache of
+    ``context`` positions for each of ``batch`` sequences."""
+    table = config.vocab_size * config.hidden_size
+    weights = config.parameter_count()
+    if not config.tie_word_embeddings:  # (a separate table, of which the lookup reads rows)
+        weights -= table
+    weights += batch * config.hidden_size
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+    return (weights + batch * kv * context) * itemsize
 
 
 def _copy_rate(device: str) -> float:
