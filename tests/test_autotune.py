@@ -42,6 +42,15 @@ def row_sums(z: tc.MutTensor[tc.f32, (1, 1)], x: tc.Tensor[tc.f32, (-1, -1)],
     z.store(tc.reduce_sum(total, 1, keepdims=True))
 
 
+@ts.kernel
+def lookup_rows(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, (-1, -1)],
+                ids: tc.Tensor[tc.i32, (-1,)]):
+    i, _, _ = tc.get_tile_block_id()
+    rows = ids.partition((R,)).load(i, padding=0)
+    cols = tc.minimum(tc.arange(N, tc.i32), x.shape[1] - 1)
+    z.store(tc.gather(x, rows.reshape((R, 1)), cols.reshape((1, N))))  # (a checked read)
+
+
 CONFIGS = [{"rows": 1}, {"rows": 2}, {"rows": 4}]
 
 
@@ -201,6 +210,27 @@ def test_every_config_failing_is_a_tuning_error(fake):
         tuned.config_for(x, scratch(), 2.5)
     assert "config 1 {'rows': 5}" in str(err.value)
     assert "fix: correct the configs" in str(err.value)
+
+
+def test_arguments_failing_a_run_time_check_raise_that_error_untuned(fake, cache):
+    """An id outside the table fails every config's timing run: the call raises the
+    IndexOutOfRangeError an untuned call would (not a TuningError that blames the configs),
+    stores nothing, and the same key is tuned by the next call with good ids."""
+    @ts.autotune(configs=CONFIGS, key=lambda x, ids, out: x.shape, kernels=(lookup_rows,),
+                 mutates=("out",))
+    def lookup(x, ids, out, *, config):
+        return lookup_rows(ts.borrow_mut(out).partition((config["rows"], BLOCK)), x, ids)
+    host, x = inputs()
+    out = scratch()
+    bad = ts.tensor(np.array([0, 1, ROWS, 2, 3], np.int32)).sync()
+    with pytest.raises(ts.IndexOutOfRangeError, match=rf"kernel 'lookup_rows'.*gather index "
+                       rf"{ROWS} along axis 0 is outside \[0, {ROWS}\)"):
+        lookup(x, bad, out).sync()
+    assert {c["rows"] for c in fake.timed} == {1, 2, 4} and stored_entries(cache) == {}
+    good = [4, 0, 1, 1, 2]
+    lookup(x, ts.tensor(np.array(good, np.int32)).sync(), out).sync()
+    assert len(stored_entries(cache)) == 1
+    np.testing.assert_array_equal(out.numpy(), host[good])
 
 
 def test_mutated_arguments_are_cloned_for_timing(fake):

@@ -36,7 +36,10 @@ Which config a call uses, in order:
    any device of that architecture with the same source and toolchain;
 5. unless ``TILESAFE_AUTOTUNE=0`` (then the first config): tuning now. Every config is run
    once (compiled; a config that fails to compile or launch with a ``TilesafeError`` is
-   skipped; :class:`~tilesafe.errors.TuningError` if all fail), then timed in interleaved
+   skipped; :class:`~tilesafe.errors.TuningError` if all fail, unless a run failed a run-time
+   check of the arguments' data (:data:`ARGUMENT_CHECKS`: an id outside a table, repeated
+   positions), which no config can pass: then the call runs the first config on its own
+   arguments, raising that error as an untuned call would, and nothing is stored), then timed in interleaved
    rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
    says what was tuned and what won. A call whose arguments are DeviceOps not run yet, or
    made while torch captures a CUDA graph, cannot be timed: it uses the first config and
@@ -64,7 +67,8 @@ from .._callsite import caller_location
 from ..compiler.signature import ConstSpec
 from ..deviceops.deviceop import DeviceOp
 from ..driver.device import Device, default_device
-from ..errors import ArgumentError, TilesafeError, TuningError
+from ..errors import (ArgumentError, KernelRuntimeError, PositionsError, TilesafeError,
+                      TuningError)
 from ..kernel import Kernel, kernel as make_kernel
 from . import keys, store, timing
 
@@ -78,6 +82,16 @@ ROUND_MS = 2.0
 MAX_RUNS = 100
 
 Key = Union[Callable[..., Hashable], Sequence[str]]
+
+
+#: errors of a timing run that say the arguments' data failed a run-time check (an index
+#: outside its tensor, a device assertion, positions repeated or outside their grid), not
+#: that the config is wrong
+ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError)
+
+
+class _ArgumentsFailed(Exception):
+    """Every config failed, and some of them on a run-time check of the arguments' data."""
 
 
 def _tuning_enabled() -> bool:
@@ -183,7 +197,10 @@ class Tuned:
             copies = timing.timing_arguments(dict(bound.arguments), self.mutates)
         except timing.NotTimeable:  # (refused before any copy: cheap to find out again)
             return None
-        index, times, failures = self._tune(strategy, device, bound, copies)
+        try:
+            index, times, failures = self._tune(strategy, device, bound, copies)
+        except _ArgumentsFailed:  # (the call itself raises it, with its own arguments)
+            return None
         path = store.save(wanted, index, self.configs[index], times)
         self._report(strategy.describe(device)[1], values, index, times, failures, path)
         return index
@@ -203,14 +220,18 @@ class Tuned:
 
         failures: dict[int, str] = {}
         runs: dict[int, int] = {}
+        data_failed = False
         for i, config in enumerate(self.configs):
             try:
                 strategy.time_runs(config, maker(config), stream, 1)  # compiles
                 once = strategy.time_runs(config, maker(config), stream, 1)
             except TilesafeError as err:
                 failures[i] = f"{type(err).__name__}: {err}".replace("\n", "\n    ")
+                data_failed |= isinstance(err, ARGUMENT_CHECKS)
                 continue
             runs[i] = max(1, min(MAX_RUNS, int(ROUND_MS / max(once, 1e-6))))
+        if not runs and data_failed:
+            raise _ArgumentsFailed()
         if not runs:
             listed = "\n".join(f"  config {i} {self.configs[i]}: {why}"
                                for i, why in failures.items())
