@@ -22,6 +22,8 @@ def on(array) -> ts.Tensor:
     ("bfloat16", 50, 96, (13,), np.int32),
     ("float16", 9, 8, (1,), np.int32),
     ("float32", 11, 40, (), np.int64),
+    ("bfloat16", 30, 192, (5,), np.int32),  # (three whole 64-column tiles)
+    ("float16", 12, 2560, (3, 2), np.int64),  # (Qwen3-4B's width: five of 512)
 ])
 def test_embedding_copies_the_rows_of_the_ids(rng, dtype, vocab, hidden, ids_shape,
                                               index_dtype):
@@ -30,6 +32,18 @@ def test_embedding_copies_the_rows_of_the_ids(rng, dtype, vocab, hidden, ids_sha
     got = embedding(on(ids), on(table)).sync()
     assert got.shape == ids_shape + (hidden,) and got.dtype.name == dtype
     assert np.array_equal(got.numpy(), table[ids])
+
+
+@pytest.mark.parametrize("widest, hidden, tile", [
+    (1024, 4096, (1024, True)), (1024, 2560, (512, True)), (1024, 192, (64, True)),
+    (1024, 8, (8, True)), (1024, 96, (128, False)), (1024, 19, (32, False)),
+    (256, 1000, (256, False)), (8192, 1024, (1024, True)),
+])
+def test_the_column_tile_divides_the_width_where_a_wide_enough_one_does(widest, hidden, tile):
+    """Consecutive columns (no clamp: ``WHOLE``) wherever a power-of-two tile of at least
+    64 columns, or the whole row, divides the width; else the config's width, clamped."""
+    from tilesafe.kernels.embedding import column_tile
+    assert column_tile(widest, hidden) == tile
 
 
 def test_embedding_writes_out_and_hands_it_back(rng):

@@ -4,6 +4,12 @@ Each program copies ``rows`` ids' rows, ``cols`` columns at a time, with one ``t
 (a checked read: an id outside the table raises ``IndexOutOfRangeError``, on a GPU when the
 stream is synchronized).
 
+The column tile is a power of two dividing the hidden size wherever one of at least
+:data:`MIN_WHOLE_COLUMNS` does (``WHOLE``): the columns are then consecutive, and sm_90 code
+reads each lane's 16 bytes at once (``LDG.E.128``). Otherwise the columns past the table are
+clamped to its last one (their stores are masked), and the clamp leaves tileiras unable to see
+consecutive columns: the gather reads element by element (``LDG.E.U16`` for 16-bit tables).
+
 May import the host layer, ``kernel``, ``autotune``, ``core`` and the library's helpers.
 """
 
@@ -22,15 +28,21 @@ from ._outputs import Output
 from ._torch import accepts_torch
 
 TABLE_DTYPES = ("float16", "bfloat16", "float32")
+#: the narrowest column tile chosen for dividing the hidden size (narrower ones give way to
+#: the clamped form with the config's width)
+MIN_WHOLE_COLUMNS = 64
 
 
 @kernel(hints=MEMORY_BOUND_HINTS)
 def embedding_rows(out: tc.MutTensor["T", ("TT", "TD")], table: tc.Tensor["T", (-1, -1)],
-                   ids: tc.Tensor["I", (-1,)]):
-    """Copy the table rows of TT ids, TD columns of them (see ``embedding``)."""
+                   ids: tc.Tensor["I", (-1,)], WHOLE: tc.Const[bool]):
+    """Copy the table rows of TT ids, TD columns of them (see ``embedding``); ``WHOLE``: TD
+    divides the table's width, so no column lies past it."""
     i, j, _ = tc.get_tile_block_id()
     rows = ids.partition((TT,)).load(i, padding=0)
-    cols = tc.minimum(j * TD + tc.arange(TD, tc.i32), table.shape[1] - 1)
+    cols = j * TD + tc.arange(TD, tc.i32)
+    if not WHOLE:
+        cols = tc.minimum(cols, table.shape[1] - 1)
     out.store(tc.gather(table, rows.reshape((TT, 1)), cols.reshape((1, TD))))
 
 
@@ -41,8 +53,20 @@ def embedding_rows(out: tc.MutTensor["T", ("TT", "TD")], table: tc.Tensor["T", (
           kernels=(embedding_rows,), mutates=("out",))
 def _launch(ids: Tensor, table: Tensor, out: Output, *, config: dict) -> DeviceOp:
     rows = min(config["rows"], args.pow2(ids.shape[0]))
-    cols = min(config["cols"], args.pow2(table.shape[1]))
-    return embedding_rows(out.partition((rows, cols)), table, ids)
+    cols, whole = column_tile(config["cols"], table.shape[1])
+    return embedding_rows(out.partition((rows, cols)), table, ids, WHOLE=whole)
+
+
+def column_tile(widest: int, hidden: int) -> tuple[int, bool]:
+    """The column tile for a config's ``widest`` and a table ``hidden`` wide, and whether it
+    divides ``hidden`` (module docstring): ``widest`` (capped at ``hidden`` rounded up to a
+    power of two), halved while it does not divide ``hidden`` and stays above
+    :data:`MIN_WHOLE_COLUMNS`; where no such tile divides, the capped ``widest``."""
+    cols = min(widest, args.pow2(hidden))
+    whole = cols
+    while hidden % whole and whole > MIN_WHOLE_COLUMNS:
+        whole //= 2
+    return (whole, True) if hidden % whole == 0 else (cols, False)
 
 
 @accepts_torch
