@@ -312,6 +312,15 @@ GEMV_CONFIGS = (
     {"BN": 8, "BK": 512, "slices": 1, "occupancy": 4},
     {"BN": 32, "BK": 256, "waves": 2, "occupancy": 2},
     {"BN": 64, "BK": 128, "waves": 2, "occupancy": 2},
+    # tileiras sizes the weight's TMA pipeline from the occupancy hint and the chunk's bytes:
+    # at occupancy 4 a chunk of 8 KB or more gets one buffer, so every chunk waits a whole
+    # memory latency, while these two keep about five chunks in flight (shared memory read
+    # from the sm_90 cubins). On an H200, streaming from HBM inside the recorded 4b step, the
+    # first made the q/k/v and gate/up GEMVs 9% faster than 64 x 128 / 16 x 512 at occupancy
+    # 4 (+6% tokens/s); the tuner, timing with the weight in L2 where it fits, cannot see this
+    # (benchmarks/results/h200-2026-12-01/gemv_stages/).
+    {"BN": 16, "BK": 256, "slices": 1, "occupancy": 3},
+    {"BN": 8, "BK": 256, "slices": 1, "occupancy": 4},
 )
 
 _VARIANTS: dict = {}
