@@ -110,3 +110,20 @@ def test_the_roofline_counts_each_matrix_the_step_reads_once(tied):
         read += batch * config.hidden_size  # (the lookup's rows, beside the head's whole read)
     cache = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
     assert bytes_per_step(config, context, batch) == 2 * (read + batch * cache * context)
+
+
+def test_the_copy_rate_times_the_driver_copy_and_a_copy_kernel():
+    """The roofline's copy rate runs both of its copies (on the interpreter here, where the
+    rate means nothing but must be a rate), and the kernel copy copies exactly."""
+    import math
+
+    import numpy as np
+
+    import tilesafe as ts
+    from tilesafe.models.generate import COPY_TILE, _copy_rate, _copy_tiles
+    rate = _copy_rate("cpu", 1 << 16)
+    assert math.isfinite(rate) and rate > 0
+    values = np.random.default_rng(3).standard_normal(3 * COPY_TILE - 5).astype(np.float32)
+    src, dst = ts.tensor(values).sync(), ts.full(values.shape, np.nan, ts.float32).sync()
+    _copy_tiles(ts.borrow_mut(dst).partition((COPY_TILE,)), src).sync()
+    assert np.array_equal(dst.numpy(), values)

@@ -35,6 +35,7 @@ for stage in ${STAGES:-tests bench tune micro engine4}; do
     marginal4|marginal8) model=qwen3-${stage#marginal}b
             timeout 150 python3 $R/gemv_stages/gemv_stages.py marginal $model 2>&1 \
               | tee $OUT/marginal_$model.txt | grep "#" ;;
+    copy) timeout 90 python3 $R/copy_rate/copy_rates.py 2>&1 | tee $OUT/copy_rates.txt ;;
   esac
 done
 echo "== end $(date -u +%T)"

@@ -141,6 +141,8 @@ def engine(model, rounds, steps):
                 "normed": shapes[0:3:2]}
     variants = {label: {s: winners[s] for s in chosen} for label, chosen in variants.items()
                 if label in VARIANTS}
+    if "custom" in VARIANTS:  # ($CUSTOM: a JSON table of "NxK" -> config)
+        variants["custom"] = json.loads(os.environ["CUSTOM"])
 
     def config_for(table):
         def choose(*a, **kw):
