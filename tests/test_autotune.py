@@ -212,25 +212,47 @@ def test_every_config_failing_is_a_tuning_error(fake):
     assert "fix: correct the configs" in str(err.value)
 
 
-def test_arguments_failing_a_run_time_check_raise_that_error_untuned(fake, cache):
-    """An id outside the table fails every config's timing run: the call raises the
-    IndexOutOfRangeError an untuned call would (not a TuningError that blames the configs),
-    stores nothing, and the same key is tuned by the next call with good ids."""
-    @ts.autotune(configs=CONFIGS, key=lambda x, ids, out: x.shape, kernels=(lookup_rows,),
+def make_lookup(configs=CONFIGS):
+    @ts.autotune(configs=configs, key=lambda x, ids, out: x.shape, kernels=(lookup_rows,),
                  mutates=("out",))
     def lookup(x, ids, out, *, config):
         return lookup_rows(ts.borrow_mut(out).partition((config["rows"], BLOCK)), x, ids)
+    return lookup
+
+
+def bad_ids():
+    return ts.tensor(np.array([0, 1, ROWS, 2, 3], np.int32)).sync()
+
+
+def test_arguments_failing_a_run_time_check_raise_that_error_untuned(fake, cache, capsys):
+    """An id outside the table fails every config's timing run: the call raises the
+    IndexOutOfRangeError an untuned call would (not a TuningError that blames the configs),
+    stores nothing, says so, and the same key is tuned by the next call with good ids."""
+    lookup = make_lookup()
     host, x = inputs()
     out = scratch()
-    bad = ts.tensor(np.array([0, 1, ROWS, 2, 3], np.int32)).sync()
     with pytest.raises(ts.IndexOutOfRangeError, match=rf"kernel 'lookup_rows'.*gather index "
                        rf"{ROWS} along axis 0 is outside \[0, {ROWS}\)"):
-        lookup(x, bad, out).sync()
+        lookup(x, bad_ids(), out).sync()
     assert {c["rows"] for c in fake.timed} == {1, 2, 4} and stored_entries(cache) == {}
+    assert "not tuning" in capsys.readouterr().err
     good = [4, 0, 1, 1, 2]
     lookup(x, ts.tensor(np.array(good, np.int32)).sync(), out).sync()
     assert len(stored_entries(cache)) == 1
     np.testing.assert_array_equal(out.numpy(), host[good])
+
+
+def test_a_config_error_beside_argument_check_failures_is_still_a_tuning_error(fake):
+    """Only when every config failed on the arguments' data does the call fall back: a
+    config that fails for itself (a tile of 3 rows) keeps the TuningError, which lists the
+    data failures of the others too."""
+    fake.times[3] = 1.0
+    lookup = make_lookup([{"rows": 3}, {"rows": 1}, {"rows": 2}])
+    _, x = inputs()
+    with pytest.raises(ts.TuningError, match=r"every config failed\n  config 0 \{'rows': 3\}: "
+                       r"PartitionError") as err:
+        lookup(x, bad_ids(), scratch()).sync()
+    assert "config 1 {'rows': 1}: IndexOutOfRangeError" in str(err.value)
 
 
 def test_mutated_arguments_are_cloned_for_timing(fake):
@@ -404,6 +426,21 @@ def test_the_shipped_table_is_trusted_for_the_same_arch_on_any_device(fake, cach
     assert make_scale().config_for(x, scratch(), 1.0) == {"rows": 2}
 
 
+def test_a_shipped_entry_of_the_calling_device_comes_before_another_devices(fake, cache):
+    tuned = make_scale()
+    _, x = inputs()
+    other = _key(tuned, device="NVIDIA H100 80GB HBM3")
+    own = _key(tuned, device=fake.name)
+    entries = {keys.entry_id(other): _entry(other, 2, {"rows": 4}),
+               keys.entry_id(own): _entry(own, 0, {"rows": 1})}
+    for order in (entries, dict(reversed(list(entries.items())))):
+        _write(store.SHIPPED_DIR / "sm_90.json", order)
+        assert make_scale().config_for(x, scratch(), 1.0) == {"rows": 1}
+    fake.name = "NVIDIA H200"                     # a third device: another's entry
+    assert make_scale().config_for(x, scratch(), 1.0) in ({"rows": 1}, {"rows": 4})
+    assert fake.timed == []
+
+
 def test_the_disk_store_comes_before_the_shipped_table(fake, cache):
     tuned = make_scale()
     _, x = inputs()
@@ -443,6 +480,7 @@ def test_every_shipped_entry_names_a_library_function_and_one_of_its_configs():
         assert eid == keys.entry_id(key) and key["arch"] == "sm_90"
         function = tuned[key["function"]]
         assert store.usable_index(entry, key, function.configs) is not None, key
+        assert function.configs[entry["index"]] == entry["config"], (key, "index")
         # a winner of an older source is never used: an edit of a tuned kernel (or of a device
         # function it calls) must re-tune its entries, or re-key them where the bytecode is
         # unchanged, or the shipped table silently stops saving users the tuning

@@ -33,13 +33,15 @@ Which config a call uses, in order:
    it and its kernels, toolchain, architecture and device name, key values);
 3. the on-disk store (:mod:`.store`, under ``$TILESAFE_CACHE_DIR``);
 4. the shipped table of the architecture (``tilesafe/kernels/tuned/<arch>.json``), trusted on
-   any device of that architecture with the same source and toolchain;
+   any device of that architecture with the same source and toolchain (an entry measured on
+   the calling device first);
 5. unless ``TILESAFE_AUTOTUNE=0`` (then the first config): tuning now. Every config is run
    once (compiled; a config that fails to compile or launch with a ``TilesafeError`` is
-   skipped; :class:`~tilesafe.errors.TuningError` if all fail, unless a run failed a run-time
-   check of the arguments' data (:data:`ARGUMENT_CHECKS`: an id outside a table, repeated
-   positions), which no config can pass: then the call runs the first config on its own
-   arguments, raising that error as an untuned call would, and nothing is stored), then timed in interleaved
+   skipped; :class:`~tilesafe.errors.TuningError` if all fail, unless every one failed a
+   run-time check of the arguments' data (:data:`ARGUMENT_CHECKS`: an id outside a table,
+   repeated positions): then the call runs the first config on its own arguments, raising
+   that error as an untuned call would, nothing is stored and one line on stderr says so),
+   then timed in interleaved
    rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
    says what was tuned and what won. A call whose arguments are DeviceOps not run yet, or
    made while torch captures a CUDA graph, cannot be timed: it uses the first config and
@@ -91,7 +93,7 @@ ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError)
 
 
 class _ArgumentsFailed(Exception):
-    """Every config failed, and some of them on a run-time check of the arguments' data."""
+    """Every config failed a run-time check of the arguments' data."""
 
 
 def _tuning_enabled() -> bool:
@@ -220,17 +222,21 @@ class Tuned:
 
         failures: dict[int, str] = {}
         runs: dict[int, int] = {}
-        data_failed = False
+        data_failures = 0
         for i, config in enumerate(self.configs):
             try:
                 strategy.time_runs(config, maker(config), stream, 1)  # compiles
                 once = strategy.time_runs(config, maker(config), stream, 1)
             except TilesafeError as err:
                 failures[i] = f"{type(err).__name__}: {err}".replace("\n", "\n    ")
-                data_failed |= isinstance(err, ARGUMENT_CHECKS)
+                data_failures += isinstance(err, ARGUMENT_CHECKS)
                 continue
             runs[i] = max(1, min(MAX_RUNS, int(ROUND_MS / max(once, 1e-6))))
-        if not runs and data_failed:
+        if not runs and data_failures == len(self.configs):
+            print(f"tilesafe: not tuning {self.name} for key "
+                  f"{self.key(*bound.args, **bound.kwargs)!r}: every config's run failed a "
+                  "run-time check of the arguments (the call raises it); nothing stored",
+                  file=sys.stderr)
             raise _ArgumentsFailed()
         if not runs:
             listed = "\n".join(f"  config {i} {self.configs[i]}: {why}"

@@ -10,7 +10,8 @@ Both are one JSON object ``{"format": FORMAT, "entries": {id: entry}}``; an entr
 filed under :func:`keys.entry_id` of its full key. An entry is used only when its stored full
 key equals the call's in every part (a file edited, copied or swapped by hand is ignored), and
 its config is still one of the configs (else ignored: the configs changed). A shipped entry is
-trusted on any device of the same architecture, so its device name is not compared. A file that
+trusted on any device of the same architecture: an entry measured on the calling device comes
+first, else one of another device of that architecture is used. A file that
 is not such an object is ignored; writes are atomic (temporary file + rename).
 
 This module may import ``keys`` and the cubin cache's location; it knows nothing of timing.
@@ -95,8 +96,14 @@ def lookup(wanted: dict, configs: Sequence[dict]) -> Optional[int]:
 
 
 def shipped_lookup(wanted: dict, configs: Sequence[dict]) -> Optional[int]:
-    """The winner for ``wanted`` in the shipped table of its architecture (any device name)."""
-    for entry in read_entries(SHIPPED_DIR / f"{wanted['arch']}.json").values():
+    """The winner for ``wanted`` in the shipped table of its architecture: the entry measured
+    on ``wanted``'s device if the table has one, else that of another device (the first
+    usable one in the table's order)."""
+    entries = read_entries(SHIPPED_DIR / f"{wanted['arch']}.json")
+    found = usable_index(entries.get(entry_id(wanted)), wanted, configs)
+    if found is not None:
+        return found
+    for entry in entries.values():
         found = usable_index(entry, wanted, configs, ignore=("device",))
         if found is not None:
             return found

@@ -46,17 +46,6 @@ def embedding_rows(out: tc.MutTensor["T", ("TT", "TD")], table: tc.Tensor["T", (
     out.store(tc.gather(table, rows.reshape((TT, 1)), cols.reshape((1, TD))))
 
 
-@autotune(configs=[{"rows": 4, "cols": 1024}, {"rows": 1, "cols": 8192},
-                   {"rows": 8, "cols": 512}, {"rows": 16, "cols": 256}],
-          key=lambda ids, table, out: (args.pow2(ids.shape[0]), table.shape[1],
-                                       table.dtype.name),
-          kernels=(embedding_rows,), mutates=("out",))
-def _launch(ids: Tensor, table: Tensor, out: Output, *, config: dict) -> DeviceOp:
-    rows = min(config["rows"], args.pow2(ids.shape[0]))
-    cols, whole = column_tile(config["cols"], table.shape[1])
-    return embedding_rows(out.partition((rows, cols)), table, ids, WHOLE=whole)
-
-
 def column_tile(widest: int, hidden: int) -> tuple[int, bool]:
     """The column tile for a config's ``widest`` and a table ``hidden`` wide, and whether it
     divides ``hidden`` (module docstring): ``widest`` (capped at ``hidden`` rounded up to a
@@ -67,6 +56,17 @@ def column_tile(widest: int, hidden: int) -> tuple[int, bool]:
     while hidden % whole and whole > MIN_WHOLE_COLUMNS:
         whole //= 2
     return (whole, True) if hidden % whole == 0 else (cols, False)
+
+
+@autotune(configs=[{"rows": 4, "cols": 1024}, {"rows": 1, "cols": 8192},
+                   {"rows": 8, "cols": 512}, {"rows": 16, "cols": 256}],
+          key=lambda ids, table, out: (args.pow2(ids.shape[0]), table.shape[1],
+                                       table.dtype.name),
+          kernels=(embedding_rows, column_tile), mutates=("out",))
+def _launch(ids: Tensor, table: Tensor, out: Output, *, config: dict) -> DeviceOp:
+    rows = min(config["rows"], args.pow2(ids.shape[0]))
+    cols, whole = column_tile(config["cols"], table.shape[1])
+    return embedding_rows(out.partition((rows, cols)), table, ids, WHOLE=whole)
 
 
 @accepts_torch
