@@ -94,22 +94,24 @@ def _torch_copy_rate(device: str) -> float:
     fastest of 5 timed copies after 0.2 s of copies, as ``_copy_rate`` times its own (on an
     H200 torch's copy moved 4.2 TB/s where the driver's moved 3.8)."""
     import torch
-    src = torch.empty(1 << 28, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(device):  # (events and the current stream of that device)
+        src = torch.empty(1 << 28, dtype=torch.float32, device=device)
+        dst = torch.empty_like(src)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
 
-    def timed() -> float:
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3
-    warm = time.perf_counter()
-    while time.perf_counter() - warm < 0.2:
-        timed()
-    rate = 2 * src.numel() * 4 / min(timed() for _ in range(5))
-    del src, dst
-    torch.cuda.empty_cache()
+        def timed() -> float:
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3
+        warm = time.perf_counter()
+        while time.perf_counter() - warm < 0.2:
+            timed()
+        rate = 2 * src.numel() * 4 / min(timed() for _ in range(5))
+        del src, dst
+        torch.cuda.empty_cache()
     return rate
 
 

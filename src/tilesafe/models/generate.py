@@ -270,7 +270,7 @@ KERNEL_COPIES = 5
 
 
 @kernel
-def _copy_tiles(z: tc.MutTensor[tc.f32, (4096,)], x: tc.Tensor[tc.f32, (-1,)]):
+def _copy_tiles(z: tc.MutTensor[tc.f32, (COPY_TILE,)], x: tc.Tensor[tc.f32, (-1,)]):
     """One ``COPY_TILE`` of a streaming copy: the roofline's second copy (``_copy_rate``)."""
     z.store(tc.load_tile_like(x, z))
 
@@ -282,7 +282,8 @@ def _copy_rate(device: str, nbytes: int = 1 << 30) -> float:
     of a second wake the GPU: the rate the memory sustains, not an idle or throttled
     moment's (the median after one copy ranged over 1.7-2.8 TB/s on one H100). A slow
     reference would inflate every share of the roofline: on an H200 the driver's copy
-    moved 3.82 TB/s where a kernel's moved 4.2 (benchmarks/results/h200-2026-12-01)."""
+    moved 3.82 TB/s, torch's 4.2, and this rate with the kernel 4.07-4.13
+    (benchmarks/results/h200-2026-12-01)."""
     n = nbytes // 4
     src = empty((n,), as_dtype("float32"), device=device).sync()
     dst = empty((n,), as_dtype("float32"), device=device).sync()
