@@ -5,8 +5,8 @@ For each model: the engine's load time, first-use compile time, time to first to
 prompt's prefill, cold and warm) and tokens/s over the generated length (every chunk of
 replays of the recorded decode step timed); the share of the memory roofline per length:
 (weight bytes + mean key/value bytes read per token) / the device-to-device copy rate measured
-in the same run (the fastest of tilesafe's driver copy, its copy kernel and torch's copy). Then transformers eager (over at most ``EAGER_TOKENS`` tokens)
-and transformers with a static cache and ``torch.compile(mode="reduce-overhead")`` generating
+in the same run (the fastest of tilesafe's driver copy, its copy kernel and torch's copy).
+Then transformers eager (over at most ``EAGER_TOKENS`` tokens) and transformers with a static cache and ``torch.compile(mode="reduce-overhead")`` generating
 greedy tokens from the same prompt (their prefill timed apart and taken out).
 
 ``--check`` compares logits with transformers in float32 on the same GPU (the reference):
@@ -90,10 +90,12 @@ def measure(out: Path, device: str, models: Sequence[str], lengths: Sequence[int
 
 
 def _torch_copy_rate(device: str) -> float:
-    """Bytes per second (read plus written) of torch's ``copy_`` of 1 GiB on ``device``, the
-    fastest of 5 timed copies after 0.2 s of copies, as ``_copy_rate`` times its own (on an
-    H200 torch's copy moved 4.2 TB/s where the driver's moved 3.8)."""
+    """Bytes per second (read plus written) of torch's ``copy_`` of 1 GiB on ``device``,
+    timed by ``fastest_seconds`` as ``_copy_rate`` times its own (on an H200 torch's copy
+    moved 4.2 TB/s where the driver's moved 3.8)."""
     import torch
+
+    from tilesafe.models.generate import fastest_seconds
     with torch.cuda.device(device):  # (events and the current stream of that device)
         src = torch.empty(1 << 28, dtype=torch.float32, device=device)
         dst = torch.empty_like(src)
@@ -106,10 +108,7 @@ def _torch_copy_rate(device: str) -> float:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) * 1e-3
-        warm = time.perf_counter()
-        while time.perf_counter() - warm < 0.2:
-            timed()
-        rate = 2 * src.numel() * 4 / min(timed() for _ in range(5))
+        rate = 2 * src.numel() * 4 / fastest_seconds(timed)
         del src, dst
         torch.cuda.empty_cache()
     return rate

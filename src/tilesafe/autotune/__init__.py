@@ -232,7 +232,7 @@ class Tuned:
                 data_failures += isinstance(err, ARGUMENT_CHECKS)
                 continue
             runs[i] = max(1, min(MAX_RUNS, int(ROUND_MS / max(once, 1e-6))))
-        if not runs and data_failures == len(self.configs):
+        if data_failures == len(self.configs):  # (then nothing ran)
             print(f"tilesafe: not tuning {self.name} for key "
                   f"{self.key(*bound.args, **bound.kwargs)!r}: every config's run failed a "
                   "run-time check of the arguments (the call raises it); nothing stored",

@@ -275,15 +275,23 @@ def _copy_tiles(z: tc.MutTensor[tc.f32, (COPY_TILE,)], x: tc.Tensor[tc.f32, (-1,
     z.store(tc.load_tile_like(x, z))
 
 
+def fastest_seconds(timed: Any) -> float:
+    """The fastest of 5 runs of ``timed`` (a function returning the seconds one run took),
+    after runs for a fifth of a second wake the GPU: the rate a copy sustains, not an idle
+    or throttled moment's."""
+    warm = time.perf_counter()
+    while time.perf_counter() - warm < 0.2:
+        timed()
+    return min(timed() for _ in range(5))
+
+
 def _copy_rate(device: str, nbytes: int = 1 << 30) -> float:
     """Bytes per second of a device-to-device copy of ``nbytes`` (read plus written): the
     faster of the driver's copy and a tile kernel's (``_copy_tiles``, timed as graph replays
-    of ``KERNEL_COPIES`` copies). Each is the fastest of 5 timed runs after runs for a fifth
-    of a second wake the GPU: the rate the memory sustains, not an idle or throttled
-    moment's (the median after one copy ranged over 1.7-2.8 TB/s on one H100). A slow
-    reference would inflate every share of the roofline: on an H200 the driver's copy
-    moved 3.82 TB/s, torch's 4.2, and this rate with the kernel 4.07-4.13
-    (benchmarks/results/h200-2026-12-01)."""
+    of ``KERNEL_COPIES`` copies), each timed by :func:`fastest_seconds` (the median after one
+    copy ranged over 1.7-2.8 TB/s on one H100). A slow reference would inflate every share
+    of the roofline: on an H200 the driver's copy moved 3.82 TB/s, torch's 4.2, and this
+    rate with the kernel 4.07-4.13 (benchmarks/results/h200-2026-12-01)."""
     n = nbytes // 4
     src = empty((n,), as_dtype("float32"), device=device).sync()
     dst = empty((n,), as_dtype("float32"), device=device).sync()
@@ -298,13 +306,8 @@ def _copy_rate(device: str, nbytes: int = 1 << 30) -> float:
         make().then(lambda _: end.record(stream)).sync_on(stream)
         end.synchronize()
         return start.elapsed_ms(end) * 1e-3 / copies
-    fastest = float("inf")
-    for make, copies in ((lambda: dst.copy_(src), 1),
-                         (lambda: graph.launch(stream), KERNEL_COPIES)):
-        warm = time.perf_counter()
-        while time.perf_counter() - warm < 0.2:
-            timed(make, copies)
-        fastest = min(fastest, min(timed(make, copies) for _ in range(5)))
+    fastest = min(fastest_seconds(lambda: timed(lambda: dst.copy_(src), 1)),
+                  fastest_seconds(lambda: timed(lambda: graph.launch(stream), KERNEL_COPIES)))
     return 2 * n * 4 / fastest
 
 
