@@ -312,6 +312,24 @@ def test_every_gemv_config_matches_float64(index):
     _assert_close(out.tensor(r.z).numpy(), a, b.T, "bfloat16")
 
 
+def test_a_gemv_config_may_leave_out_the_grid_dependency_wait():
+    """``"programmatic": False`` in a GEMV config compiles the kernel without the wait (a
+    variant made once, beside the default), and the product is the same."""
+    base = {"BN": 16, "BK": 256, "slices": 1, "occupancy": 3}
+    plain = skinny.with_occupancy(skinny.gemv_rows, base)
+    no_wait = skinny.with_occupancy(skinny.gemv_rows, {**base, "programmatic": False})
+    assert plain.hints.get("programmatic_launch", True) is True
+    assert no_wait.hints["programmatic_launch"] is False
+    assert no_wait.hints["default"] == {"occupancy": 3}
+    assert skinny.with_occupancy(skinny.gemv_rows, {**base, "programmatic": False}) is no_wait
+    a, b = _operands(1, 200, 2048, "bfloat16", seed=7)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    out = Output(None, (1, 200), ts.bfloat16, at.device)
+    r = skinny.launch_gemv.fn(at, bt.T, out, None, None,
+                              config={**base, "programmatic": False}).sync()
+    _assert_close(out.tensor(r.z).numpy(), a, b.T, "bfloat16")
+
+
 # -- SwiGLU's gating fused into the down projection's GEMV -------------------------------------
 
 def _silu_mul_reference(gate_up: np.ndarray, dtype: str) -> np.ndarray:

@@ -328,11 +328,14 @@ _VARIANTS: dict = {}
 
 def with_occupancy(kern: Any, config: dict) -> Any:
     """``kern``, or its variant compiled with the config's occupancy hint (no hint when the
-    config has none), made once by the row-wise kernels' :class:`WarpVariants`."""
+    config has none) and, for ``"programmatic": False``, without the grid-dependency wait (so
+    launched only once its predecessor has finished), made once by the row-wise kernels'
+    :class:`WarpVariants`."""
     variants = _VARIANTS.get(kern.name)
     if variants is None:
         variants = _VARIANTS[kern.name] = WarpVariants(kern)
-    return variants.pick((1,), {"warps": 4, "occupancy": config.get("occupancy", 0)})
+    return variants.pick((1,), {"warps": 4, "occupancy": config.get("occupancy", 0),
+                                "programmatic": config.get("programmatic", True)})
 
 
 class AccumulatingOutput(Output):
