@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (repository root, .gpu and .whl carried): the stages named in
-# $STAGES (micro, engine, marginal, gpu), consoles in $OUT.
+# $STAGES (micro, engine, marginal, gpu, ncu, activations, positional, decode), consoles in
+# $OUT.
 set -uo pipefail
 source .gpu/gpu-env.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -23,8 +24,8 @@ for stage in ${STAGES:-micro engine}; do
              | grep -E "copy|FAIL|us" ;;
     engine) timeout ${ENGINE_S:-240} python3 $R/pdl/pdl_step.py engine ${ROUNDS:-4} ${TOKENS:-512} \
               2>&1 | tee $OUT/engine_ab.txt | tail -12 ;;
-    marginal) timeout ${MARGINAL_S:-150} python3 $R/pdl/pdl_step.py marginal 2>&1 \
-                | tee $OUT/marginal.txt | grep "#" ;;
+    marginal) timeout ${MARGINAL_S:-150} python3 -m benchmarks.decode_marginal --model qwen3-4b \
+                --device cuda:0 2>&1 | tee $OUT/marginal.txt | head -30 ;;
     positional) timeout ${POS_S:-240} python3 -m benchmarks.kernels_positional --device cuda:0 \
                   --out $OUT/positional 2>&1 | tee $OUT/positional_console.txt | grep -E "embedding|kv_update" ;;
     activations) timeout ${ACT_S:-200} python3 -m benchmarks.kernels_activations --device cuda:0 \

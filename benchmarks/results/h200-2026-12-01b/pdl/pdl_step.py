@@ -9,24 +9,22 @@ the step (benchmarks/results/h200-2026-12-01/SUMMARY.md).
 
     python pdl_step.py micro              # 4b GEMVs per config, with and without the wait
     python pdl_step.py engine ROUNDS TOKENS  # the 4b step, variants interleaved ($VARIANTS)
-    python pdl_step.py marginal           # each kernel's marginal time per variant
 
 Variants are tables "NxK" -> GEMV config (``"programmatic": False`` compiles the kernel without
 the wait) plus ``splits`` (the decode attention's split count, else the heuristic's).
 """
-import collections, json, os, sys, tempfile, time
-from pathlib import Path
+import json, os, sys, time
 import numpy as np, torch
 import tilesafe as ts
 from tilesafe.kernels import gemv as G
 import importlib
 DA = importlib.import_module("tilesafe.kernels.decode_attention")
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "h200-2026-12-01", "gemv_stages"))
+from gemv_stages import SHAPES, copy_rate, time_launches  # noqa: E402 (that run's)
+
 MODEL = os.environ.get("MODEL", "qwen3-4b")
-SHAPES = {"qwen3-4b": [("normed", 6144, 2560), ("acc", 2560, 4096), ("normed", 19456, 2560),
-                       ("silu", 2560, 9728)],
-          "qwen3-8b": [("normed", 6144, 4096), ("acc", 4096, 4096), ("normed", 24576, 4096),
-                       ("silu", 4096, 12288)]}
 CONFIGS = [(8, 512, 4), (8, 512, 3), (16, 512, 4), (16, 512, 3), (16, 512, 2), (8, 256, 4),
            (16, 256, 3), (64, 128, 2), (8, 1024, 3), (32, 256, 3)]
 STREAM_BYTES = 400e6
@@ -74,20 +72,6 @@ def apply(label):
     DA.choose_splits = (lambda *a: splits) if splits else heuristic_splits
 
 
-def copy_rate():
-    n = 1 << 29
-    a = torch.empty(n, dtype=torch.float16, device="cuda"); b = torch.empty_like(a)
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t = time.perf_counter()
-    while time.perf_counter() - t < 0.3:
-        b.copy_(a)
-    best = 1e9
-    for _ in range(5):
-        s.record(); b.copy_(a); e.record(); e.synchronize()
-        best = min(best, s.elapsed_time(e) * 1e-3)
-    return 4 * n / best
-
-
 def launcher(variant, n, k, config):
     copies = max(2, int(STREAM_BYTES // (n * k * 2)))
     ws = []
@@ -113,19 +97,6 @@ def launcher(variant, n, k, config):
     gate, up = xt[:, :k], xt[:, k:]
     return [lambda w=w: kern(ts.borrow_mut(out).partition((1, bn)), gate, up, w, BK=bk,
                              ACC=True) for w in ws]
-
-
-def time_launches(makes, reps=4):
-    with ts.CudaGraph.scope() as g:
-        for _ in range(reps):
-            for make in makes:
-                g.record(make())
-    g.replay(); torch.cuda.synchronize()
-    best = 1e9
-    for _ in range(7):
-        t0 = time.perf_counter(); g.replay(); torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / (reps * len(makes)))
-    return best * 1e6
 
 
 def micro():
@@ -188,47 +159,8 @@ def engine(rounds, steps):
     print(f"copy rate {copy_rate() / 1e12:.3f} TB/s")
 
 
-def marginal():
-    from torch.profiler import ProfilerActivity, profile
-    from tilesafe.models.qwen3 import engine as qwen3
-    eng = make_engine(2048)
-    prompt = np.random.default_rng(0).integers(0, eng.config.vocab_size, 512).tolist()
-    token = int(np.argmax(eng.prefill(prompt)))
-    for label in CHOSEN:
-        apply(label)
-        step = qwen3._DecodeStep(eng, qwen3.GREEDY)
-        apply("shipped")
-        eng.lengths = [len(prompt) + 8]
-        step.at = None
-        step.start(eng, [token])
-        step.launch(16).sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step.launch(10).sync()
-            torch.cuda.synchronize()
-        trace = Path(tempfile.mkdtemp()) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        kernels = sorted((e for e in json.loads(trace.read_text())["traceEvents"]
-                          if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-        per_step = len(kernels) // 10
-        times = collections.defaultdict(list)
-        for r in range(2, 10):
-            last = None
-            for i, k in enumerate(kernels[r * per_step:(r + 1) * per_step]):
-                end = k["ts"] + k["dur"]
-                times[(i, k["name"])].append(k["dur"] if last is None else end - last)
-                last = end if last is None else max(end, last)
-        total, count = collections.defaultdict(float), collections.Counter()
-        for (_, name), t in times.items():
-            total[name] += float(np.median(t)); count[name] += 1
-        print(f"# {MODEL} {label}: {per_step} kernels, step {sum(total.values()) / 1e3:.3f} ms",
-              flush=True)
-        for name in sorted(total, key=lambda n: -total[n]):
-            print(f"  {name[:34]:34s} n={count[name]:3d} {total[name] / 1e3:7.3f} ms "
-                  f"mean {total[name] / count[name]:6.2f} us", flush=True)
-        del step
-
-
 if __name__ == "__main__":
-    {"micro": micro, "marginal": marginal}.get(sys.argv[1], lambda: None)()
-    if sys.argv[1] == "engine":
+    if sys.argv[1] == "micro":
+        micro()
+    elif sys.argv[1] == "engine":
         engine(int(sys.argv[2]), int(sys.argv[3]))
