@@ -181,3 +181,36 @@ def test_an_op_driven_by_two_threads_at_once_runs_once():
         z = ts.zeros(4, device="cpu").sync()
         return bump(ts.borrow_mut(z).partition(4)), lambda: int(z.numpy()[0])  # 1 per run
     assert _drive_from_two_threads(make_launch, lambda op: op.sync(), 300) == 0
+
+
+def test_a_graph_replay_op_driven_by_two_threads_at_once_runs_once(monkeypatch):
+    """``graph.launch().sync()`` from two threads at once replays the graph once and refuses
+    the other drive. The window between a drive's check and its mark is widened here (the
+    call-site lookup that sat between them sleeps), so without the one-step claim both
+    threads would replay in every trial."""
+    from tilesafe.deviceops import graph as graph_module
+    z = ts.zeros(4, device="cpu").sync()
+    with ts.CudaGraph.scope() as g:
+        g.record(bump(ts.borrow_mut(z).partition(4)))
+    where = graph_module.caller_location
+
+    def slow_location(*args, **kwargs):
+        time.sleep(0.02)
+        return where(*args, **kwargs)
+    monkeypatch.setattr(graph_module, "caller_location", slow_location)
+    for trial in range(1, 6):
+        op, barrier, refused = g.launch(), threading.Barrier(2), []
+
+        def attempt():
+            barrier.wait()
+            try:
+                op.sync()
+            except ts.DeviceOpError as err:
+                refused.append(err)
+        threads = [threading.Thread(target=attempt) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len(refused) == 1 and "already" in str(refused[0])
+        assert z.numpy()[0] == trial

@@ -29,7 +29,7 @@ from ..driver import cuda
 from ..driver.ledger import _EPOCH, LEDGER, Loan, shared_or_new_loans
 from ..driver.stream import Stream, next_stream
 from ..errors import DeviceOpError, Location
-from .deviceop import DeviceOp
+from .deviceop import DeviceOp, claim
 
 
 class GraphNode(Protocol):
@@ -291,9 +291,9 @@ class _GraphLaunch(DeviceOp[None]):
         """Replay and wait. The direct path of a replay: it runs no nested ops, so no pipeline
         state is needed."""
         stream = self._default_stream()
-        if self._driven_at is not None:
+        # (the check and the mark in one step: of threads driving this op at once, one runs it)
+        if claim(self, "driven", caller_location()) is not None:
             return self.sync_on(stream)  # raises the error of a second drive
-        self._driven_at = ("driven", caller_location())
         try:
             self._graph._run_on(stream)
         finally:
