@@ -75,16 +75,18 @@ class _StreamState:
 
 
 def _hand_back(pending: list, spent: list) -> None:
-    """End the loans ``pending`` of completed work and hand back what it borrowed besides
-    (``spent``: ``(item, where)``), every item whatever the others raise; then raise the first
-    failure an item reported (a fault record's failed run-time check)."""
-    release_all(pending)
+    """Hand back what completed work borrowed besides its loans (``spent``: ``(item, where)``),
+    every item whatever the others raise, then end its loans ``pending``; then raise the first
+    failure an item reported (a fault record's failed run-time check). Borrowed partitions are
+    spent before the loans end, so no launch in another thread can take a partition in
+    between (its memory free, the partition not yet spent)."""
     first_error = None
     for item, where in spent:
         try:
             item._spend("was borrowed by a launch that completed", where)
         except Exception as err:  # (a fault record reporting a failed bounds check)
             first_error = first_error or err
+    release_all(pending)
     if first_error is not None:
         raise first_error
 

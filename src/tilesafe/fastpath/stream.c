@@ -138,8 +138,10 @@ stream_synchronize(PyObject *self, PyObject *unused)
             restore_front(FIELD(self, STREAM_SPENT), spent) < 0)
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
-    } else if (release_all(pending) == 0) {
-        /* every item is handed back whatever the others raise; the first error is raised */
+    } else {
+        /* every item is handed back whatever the others raise, and before the loans end (so
+           no launch in another thread takes a borrowed partition in between); then the loans
+           end, and the first error is raised */
         PyObject *type = NULL, *value = NULL, *tb = NULL;
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spent); i++) {
             PyObject *entry = PyList_GET_ITEM(spent, i);
@@ -156,7 +158,11 @@ stream_synchronize(PyObject *self, PyObject *unused)
             else
                 PyErr_Clear();
         }
-        if (type != NULL) {
+        if (release_all(pending) < 0) {  /* (its error is raised; a spend's is dropped) */
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else if (type != NULL) {
             PyErr_Restore(type, value, tb);
         } else {
             result = Py_None;
