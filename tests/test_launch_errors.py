@@ -674,6 +674,23 @@ def test_unsafe_is_checked_when_the_launch_is_created():
     assert_fix(info.value)
 
 
+def test_a_graph_of_an_unsafe_kernel_replays_only_inside_unsafe():
+    """A replay launches the recorded kernel again, so the replay op is made inside the
+    block, as a launch is (recording needs the permission too: each launch is made there)."""
+    z, x, y = operands()
+    with ts.unsafe():
+        with ts.CudaGraph.scope() as g:
+            g.record(add_unchecked(z, x, y))
+        g.launch().sync()
+    err = launch_fails(UnsafeError, lambda: g.launch().sync())  # <- unsafe-replay
+    check(err, UnsafeError, "kernel 'add_unchecked' is unsafe (unchecked_accesses=True) and is "
+          "replayed from a graph outside 'with ts.unsafe():'", "unsafe-replay")
+    with ts.unsafe():
+        replay = g.launch()
+    replay.sync()  # made inside: driving it after the block is fine
+    assert np.array_equal(z.unpartition().numpy(), x_values() + 2)
+
+
 def test_unsafe_blocks_nest_and_end():
     z, x, y = operands()
     with ts.unsafe():

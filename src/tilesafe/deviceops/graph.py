@@ -46,6 +46,9 @@ class GraphNode(Protocol):
 
     def replay(self, stream: Stream) -> None: ...
 
+    # (optional) ``check_permitted(where)``: raise if a replay made at ``where`` may not launch
+    # this node's work (an unsafe kernel outside ``with ts.unsafe():``)
+
     def compatible(self, other: "GraphNode") -> Optional[str]:
         """None if ``other`` can replace this node in an instantiated graph, else why not."""
 
@@ -163,6 +166,11 @@ class CudaGraph:
         if not self._ready:
             raise DeviceOpError(f"{caller_location()}: the graph is not complete; launch it "
                                 "after its 'with' block")
+        where = None
+        for node in self.nodes:  # a replay launches every recorded kernel again
+            check = getattr(node, "check_permitted", None)
+            if check is not None:
+                check(where := where or caller_location())
         return _GraphLaunch(self, stream)
 
     def _run_on(self, stream: Stream) -> None:

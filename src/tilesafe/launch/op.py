@@ -72,6 +72,11 @@ class KernelNode:
         record = getattr(self._captured, "fault_record", None)
         return [record] if record is not None else []
 
+    def check_permitted(self, where: Location) -> None:
+        """A replay launches the kernel again: an unsafe kernel's replay is made only inside
+        ``with ts.unsafe():``, as its launch is."""
+        self.kernel._check_permitted("replayed from a graph", where)
+
     def replay(self, stream: Stream) -> None:
         k = self.kernel
         prepared = prepare(k.rules, self.args, self.grid, self.where, stream=stream,
