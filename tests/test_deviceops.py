@@ -312,6 +312,39 @@ def test_graph_record_replay_and_update():
     assert np.array_equal(w.unpartition().numpy(), np.full(32, 4.0))
 
 
+def test_a_replay_refused_at_a_later_node_runs_no_node():
+    """A replay checks every node before it runs any: the second node's input mutably
+    borrowed by pending work refuses the replay with the first node not run (on the cpu
+    device the nodes run one by one; on a GPU the graph is one launch)."""
+    x, y = _ones(32), _ones(32)
+    first, second = ts.zeros(32).sync(), ts.zeros(32).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(axpy(ts.borrow_mut(first).partition(8), x, 1.0))
+        graph.record(axpy(ts.borrow_mut(second).partition(8), y, 1.0))
+    pending = axpy(ts.borrow_mut(y).partition(8), x, 1.0)  # writes y, not driven yet
+    with pytest.raises(ts.BorrowError, match="mutably borrowed by the pending launch"):
+        graph.launch().sync()
+    assert np.array_equal(first.numpy(), np.zeros(32))
+    pending.sync()
+    graph.launch().sync()
+    assert np.array_equal(first.numpy(), np.ones(32))
+    assert np.array_equal(second.numpy(), np.full(32, 2.0))
+
+
+def test_a_recorded_copy_reads_what_an_earlier_node_wrote():
+    """A copy node runs in the replay's stream order: the launch before it in the graph (or
+    in a chain) wrote its source on that stream, so that launch's loan does not block it."""
+    a, b, x = ts.zeros(32).sync(), ts.zeros(32).sync(), _ones(32)
+    with ts.CudaGraph.scope() as graph:
+        graph.record(axpy(ts.borrow_mut(a).partition(8), x, 1.0))
+        graph.record(b.copy_(a))
+    for replay in range(1, 3):
+        graph.launch().sync()
+        assert np.array_equal(b.numpy(), np.full(32, float(replay)))
+    axpy(ts.borrow_mut(a).partition(8), x, 1.0).then(lambda r: b.copy_(a)).sync()
+    assert np.array_equal(b.numpy(), np.full(32, 3.0))
+
+
 def test_graph_rejects_allocating_ops_at_record_time():
     with ts.CudaGraph.scope() as graph:
         with pytest.raises(DeviceOpError, match="allocates memory"):

@@ -47,7 +47,9 @@ class GraphNode(Protocol):
     def replay(self, stream: Stream) -> None: ...
 
     # (optional) ``check_permitted(where)``: raise if a replay made at ``where`` may not launch
-    # this node's work (an unsafe kernel outside ``with ts.unsafe():``)
+    # this node's work (an unsafe kernel outside ``with ts.unsafe():``); ``stage(stream)``,
+    # ``run_staged(staged, stream)`` and ``unstage(staged)``: ``replay`` in two steps, the
+    # checks (and loans) first, for a replay that checks every node before running any
 
     def compatible(self, other: "GraphNode") -> Optional[str]:
         """None if ``other`` can replace this node in an instantiated graph, else why not."""
@@ -174,13 +176,32 @@ class CudaGraph:
         return _GraphLaunch(self, stream)
 
     def _run_on(self, stream: Stream) -> None:
-        """Replay every node on ``stream`` (one CUDA graph launch when all can be captured)."""
+        """Replay every node on ``stream`` (one CUDA graph launch when all can be captured).
+
+        Otherwise node by node, all or nothing: under the ledger's lock every node is checked
+        (and a kernel launch lent its arguments) before the first one runs, so a refused node
+        refuses the replay with nothing run, and no other thread's step lands between the
+        checks and the work."""
         if stream._platform.captures_graphs and self._capturable():
             self._replay_captured(stream)
             return
-        with stream.order_lock:  # one replay runs whole before another on the stream starts
-            for node in self.nodes:
-                node.replay(stream)
+        # one replay runs whole before another on the stream starts
+        with stream.order_lock, LEDGER:
+            staged: list = []
+            try:
+                for node in self.nodes:
+                    stage = getattr(node, "stage", None)
+                    staged.append(stage(stream) if stage is not None else None)
+            except BaseException:
+                for node, ready in zip(self.nodes, staged):
+                    if ready is not None:
+                        node.unstage(ready)
+                raise
+            for node, ready in zip(self.nodes, staged):
+                if ready is None:
+                    node.replay(stream)
+                else:
+                    node.run_staged(ready, stream)
 
     def _capturable(self) -> bool:
         """Whether every node can be captured into one CUDA graph (computed once per node

@@ -66,15 +66,49 @@ class CopyNode:
         self.label = f"copy_({destination.shape}, {destination.dtype.short})"
 
     def replay(self, stream=None) -> Any:
+        """Copy, as work in ``stream``'s order when given (a step of a pipeline or a graph
+        replay): the loans of work enqueued there before it, which has run by then, do not
+        block it."""
         with stream.order_lock if stream is not None else contextlib.nullcontext():
             if self._copy_on_device(stream):
                 return self.destination
-            values = self.source.numpy()
-            with LEDGER:  # no launch may start on it until the copy is written
-                self.destination._check_access("write this tensor", write=True)
+            # through the host: in stream order only where the stream's work has already run
+            # when it is enqueued (the cpu device); elsewhere as a host access
+            ordered = stream if stream is not None and \
+                not platform_of(self.destination.device).asynchronous else None
+            with LEDGER:  # no launch may start on either until the copy is written
+                self.source._check_access("read this tensor", write=False, stream=ordered)
+                values = self.source._read_storage()
+                self.destination._check_access("write this tensor", write=True, stream=ordered)
                 self.destination._write_storage(
                     self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
+
+    def stage(self, stream: Any) -> tuple:
+        """A replay's checks (a copy lends nothing): the source readable and the destination
+        writable in ``stream``'s order (see ``replay``), nothing copied."""
+        ordered = stream if not platform_of(self.destination.device).asynchronous or \
+            self._on_device() else None
+        with LEDGER:
+            self.source._check_access("read this tensor", write=False, stream=ordered)
+            self.destination._check_access("write this tensor", write=True, stream=ordered)
+        return ()
+
+    def run_staged(self, staged: tuple, stream: Any) -> None:
+        self.replay(stream)
+
+    def unstage(self, staged: tuple) -> None:
+        pass
+
+    def _on_device(self) -> bool:
+        """Whether the copy can run without the host (see ``_copy_on_device``)."""
+        source, destination = self.source, self.destination
+        if source.device != destination.device or not source.is_contiguous or \
+                not destination.is_contiguous:
+            return False
+        nbytes = destination.nbytes
+        lo, hi = source._address(), destination._address()
+        return not (lo < hi + nbytes and hi < lo + nbytes)
 
     def _copy_on_device(self, stream: Any) -> bool:
         """Copy two contiguous tensors of one device without the host (a device-to-device
@@ -83,18 +117,14 @@ class CopyNode:
         the copy is made. False where the platform has no such copy, a view is strided or the
         two overlap in memory (the host path reads the whole source before writing)."""
         source, destination = self.source, self.destination
-        if source.device != destination.device or not source.is_contiguous or \
-                not destination.is_contiguous:
+        if not self._on_device():
             return False
         nbytes = destination.nbytes
-        lo, hi = source._address(), destination._address()
-        if lo < hi + nbytes and hi < lo + nbytes:
-            return False
         platform = platform_of(destination.device)
         item = destination.dtype.itemsize
-        with LEDGER:
-            source._check_access("read this tensor", write=False)
-            destination._check_access("write this tensor", write=True)
+        with LEDGER:  # (the copy is enqueued on the stream after its earlier work)
+            source._check_access("read this tensor", write=False, stream=stream)
+            destination._check_access("write this tensor", write=True, stream=stream)
             return platform.copy_within(
                 (destination._alloc.data, destination._offset * item),
                 (source._alloc.data, source._offset * item), nbytes,

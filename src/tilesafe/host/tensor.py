@@ -140,11 +140,14 @@ class Tensor:
                              "back, and ts.borrow_mut(t).partition(...) partitions without "
                              "moving")
 
-    def _check_access(self, action: str, *, write: bool, in_pipeline: bool = False) -> None:
+    def _check_access(self, action: str, *, write: bool, in_pipeline: bool = False,
+                      stream: Any = None) -> None:
         """Refuse ``action`` if pending work holds a conflicting loan. ``in_pipeline``: the
         action only hands out a handle for later launches (moving into a partition, borrowing
         mutably), so inside a running pipeline the loans of work already enqueued on its stream
-        do not conflict: anything launched with the handle there runs after that work."""
+        do not conflict: anything launched with the handle there runs after that work.
+        ``stream``: the action is itself work in ``stream``'s order, after the work already
+        enqueued there (a copy node of a graph replay), whose loans then do not conflict."""
         self._check_usable(action)
         if write and self._alloc.readonly:
             raise BorrowError(f"cannot {action}: its memory was imported read-only",
@@ -157,7 +160,8 @@ class Tensor:
                               "with .clone()")
         lo, hi = self.span()
         self._alloc.check(lo, hi, write=write, action=action, where=caller_location(),
-                          stream=current_stream() if in_pipeline else None)
+                          stream=stream if stream is not None else
+                          current_stream() if in_pipeline else None)
 
     def _move(self, where: Location, action: str) -> None:
         with LEDGER:

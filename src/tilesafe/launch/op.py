@@ -78,10 +78,20 @@ class KernelNode:
         self.kernel._check_permitted("replayed from a graph", where)
 
     def replay(self, stream: Stream) -> None:
+        self.run_staged(self.stage(stream), stream)
+
+    def stage(self, stream: Stream) -> PreparedLaunch:
+        """A replay's checks and loans, for a launch on ``stream`` (nothing runs)."""
         k = self.kernel
-        prepared = prepare(k.rules, self.args, self.grid, self.where, stream=stream,
-                           plans=k._plans)
-        k._run_prepared(prepared, stream, spend=False)
+        return prepare(k.rules, self.args, self.grid, self.where, stream=stream,
+                       plans=k._plans)
+
+    def run_staged(self, prepared: PreparedLaunch, stream: Stream) -> None:
+        self.kernel._run_prepared(prepared, stream, spend=False)
+
+    def unstage(self, prepared: PreparedLaunch) -> None:
+        """Give back the loans of a staged replay that will not run."""
+        release_all(prepared.loans)
 
     def compatible(self, other: Any) -> Optional[str]:
         if not isinstance(other, KernelNode) or other.kernel is not self.kernel:
