@@ -271,6 +271,43 @@ def test_static_extents_and_a_compiled_in_grid_prove_block_id_indices():
     assert _checked(static_rows_const_grid, z, x) == []
 
 
+@ts.kernel
+def wrapping_index(z: tc.MutTensor[tc.f32, (1, 4)], x: tc.Tensor[tc.f32, (256, 4)]):
+    p = x.partition((1, 4))
+    i, _, _ = tc.get_tile_block_id()
+    acc = tc.zeros((1, 4), tc.f32)
+    acc = acc + p.load((tc.minimum(i * 1073741824, 3), 0))  # <- i32-wraps
+    for k in range(0, 28):
+        acc = acc + p.load((k.astype(tc.i8) + tc.constant(101, (), tc.i8), 0))  # <- i8-wraps
+        u = k.astype(tc.u32) - tc.constant(5, (), tc.u32)
+        acc = acc + p.load((tc.maximum(u, tc.constant(0, (), tc.u32)), 0))  # <- u32-wraps
+    ub = tc.constant(3, (), tc.u32) - tc.constant(5, (), tc.u32)
+    for k in range(tc.constant(0, (), tc.u32), ub):
+        acc = acc + p.load((k, 0))  # <- u32-bound
+        break
+    acc = acc + p.load((tc.minimum(i, 3) * 2 + 1, 0))  # <- fits
+    z.store(acc)
+
+
+def test_an_index_whose_arithmetic_may_wrap_is_checked():
+    """The proof knows nothing of a value whose exact range leaves its dtype: it may have
+    wrapped (``i * 2**30`` of an i32 is negative at i = 2, and ``minimum`` with 3 then says
+    nothing; ``k + 101`` of an i8 is -128 at k = 27; ``k - 5`` of a u32 is huge at k = 0,
+    however ``maximum`` clamps it; a loop up to ``3 - 5`` in u32 runs past the tile grid).
+    Each such load keeps its check; an index that stays in range is still proven. The
+    interpreter refuses them too."""
+    x = on(np.ones((256, 4), np.float32))
+
+    def z():
+        return ts.zeros((4, 4), ts.float32).sync().partition((1, 4))
+    lines = _checked(wrapping_index, z(), x)
+    for tag in ("i32-wraps", "i8-wraps", "u32-wraps", "u32-bound"):
+        assert here(tag) in lines, tag
+    assert here("fits") not in lines
+    with pytest.raises(ts.IndexOutOfRangeError, match="outside the tile grid"):
+        wrapping_index(z(), x).sync()
+
+
 def test_padding_and_unchecked_kernels_need_no_check():
     x = on(np.ones(8, np.float32))
     z = ts.zeros((4,), ts.float32).partition((4,))

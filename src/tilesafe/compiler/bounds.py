@@ -8,7 +8,8 @@ devices print for an index that fails.
 
 The proof is a small interval analysis over integer scalars: constants, block ids (bounded by
 the grid when it is compiled in, ``const_grid``), ``for`` induction variables, and ``+ - *
-// % min max`` and conversions of those. A loop ``for k in range(lb, num_tiles(p, a))``
+// % min max`` and conversions of those. An op whose exact result could leave its dtype's
+range may have wrapped, so nothing is known of its result. A loop ``for k in range(lb, num_tiles(p, a))``
 also knows ``k < num_tiles(p, a)`` symbolically, so ``p.load((..., k, ...))`` (or a load from
 another partition of the same tensor with the same tile extent on that axis) needs no check
 whatever the tensor's extents. Static extents (a shape the signature fixes) make the tile grid a
@@ -169,7 +170,7 @@ def index_ranges(kernel: KernelIR) -> tuple[dict[int, Range], dict[int, Value]]:
             counts[result.id] = _num_tiles_symbol(op.operands[0], op.attrs["axis"], tensors)
         elif name in _BINARY:
             a, b = (ranges.get(v.id, UNKNOWN) for v in op.operands)
-            ranges[result.id] = _BINARY[name](a, b)
+            ranges[result.id] = _without_wrap(_BINARY[name](a, b), result.type.dtype)
         elif name == "convert" and _is_int_scalar(op.operands[0]):
             known = ranges.get(op.operands[0].id, UNKNOWN)
             lo, hi = _limits(result.type.dtype)
@@ -177,6 +178,19 @@ def index_ranges(kernel: KernelIR) -> tuple[dict[int, Range], dict[int, Value]]:
                     (known.hi is not None and known.hi <= hi) or hi >= _I32[1]):
                 ranges[result.id] = known
     return ranges, tensors
+
+
+def _without_wrap(r: Range, dtype) -> Range:
+    """``r`` (the exact result of an op on the exact ranges of its operands) where the result
+    cannot have wrapped in ``dtype``: both bounds known and inside the dtype's limits (a
+    ``num_tiles`` symbol bounds a value below 2**31 - 1). Otherwise the value may have wrapped
+    anywhere in the dtype, and nothing is known of it (``bid * 2**30`` of an i32, ``i + 101``
+    of an i8, ``u - 5`` of a u32)."""
+    lo_limit, hi_limit = _limits(dtype)
+    hi = r.hi if r.hi is not None else (_I32[1] - 1 if r.below else None)
+    if r.lo is None or hi is None or r.lo < lo_limit or hi > hi_limit:
+        return UNKNOWN
+    return r
 
 
 def _limits(dtype) -> tuple[int, int]:
@@ -203,6 +217,8 @@ def _bind_induction_variable(op: Operation, ranges: dict[int, Range],
 def _proven(index: Range, bound: int | tuple) -> bool:
     """Whether ``0 <= index < bound`` is proven; ``bound`` is a static count or a symbol."""
     if index.lo is None or index.lo < 0:
+        return False
+    if index.hi is not None and index.hi < index.lo:  # (an empty range proves nothing)
         return False
     if isinstance(bound, int):
         return index.hi is not None and index.hi < bound
