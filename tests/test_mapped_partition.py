@@ -70,6 +70,21 @@ def test_every_element_written_exactly_once(rows, cols, tile, gm, gn, blocks):
     assert np.array_equal(out.unpartition().numpy(), np.ones((rows, cols), np.int32))
 
 
+def test_a_map_wider_than_the_grid_walks_it_as_the_grids_extent_does():
+    """Groups wider than the tile grid are kept to its extent: the same schedule (a group of
+    every row is one band), and the kernel's 32-bit schedule arithmetic (group x grid) stays
+    below the tile count. Unclamped, ``(2**31 - 1, 1)`` over a 4 x 4 grid wrapped in i32 on a
+    GPU and mapped two tile ids to one tile."""
+    from tilesafe.compiler.ops.mapped import mapped_coords
+    p = ts.zeros((16, 16), ts.int32).sync().partition((4, 4))
+    wide = p.map(((1 << 31) - 1, 1 << 20), 16)
+    assert wide.map_shape == (4, 4)
+    assert [mapped_coords(t, (4, 4), (4, 4)) for t in range(16)] == \
+        [mapped_coords(t, (4, 4), ((1 << 31) - 1, 1 << 20)) for t in range(16)]
+    out, = count_writes(wide).sync()
+    assert np.array_equal(out.unpartition().numpy(), np.ones((16, 16), np.int32))
+
+
 def _compile(kernel, *extra):
     z = ts.zeros((8, 8), ts.int32).sync().partition((4, 4)).map((1, 1), 2)
     return kernel.ir(z, *extra)

@@ -218,7 +218,10 @@ class MappedPartition:
                                  hint="use larger tiles, or map a smaller view in several "
                                  "launches")
         self._partition = partition
-        self._map_shape = shape
+        # a group wider than the grid walks the tiles as one of the grid's extent does; kept
+        # within it, the schedule's products (group x grid) stay below the tile count, so the
+        # kernel's 32-bit arithmetic cannot wrap and map two ids to one tile
+        self._map_shape = tuple(min(d, max(g, 1)) for d, g in zip(shape, partition.grid))
         self._num_tile_blocks = num_tile_blocks
 
     @property
