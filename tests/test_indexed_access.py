@@ -474,3 +474,19 @@ def test_a_report_read_by_two_threads_at_once_is_raised_once():
         for thread in threads:
             thread.join(10)
         assert sum(error is not None for error in got) == 1
+
+
+@ts.kernel
+def shifted_copy(z: tc.MutTensor[tc.f32, (4,)], x: tc.Tensor[tc.f32, (-1,)]):
+    z.store(tc.load_tile_like(x, z, padding=float("-inf")) + 1.0)
+
+
+def test_load_tile_like_past_a_smaller_input_reads_padding_on_every_device():
+    """``load_tile_like(x, z)`` reads ``x`` where this program's tile of ``z`` sits; where
+    ``x`` is smaller, the tiles past its edge are all padding, on the interpreter as in the
+    GPU code (a view load, never outside ``x``); the interpreter used to raise there."""
+    x = on(np.arange(4, dtype=np.float32) + 10)
+    z = ts.zeros(16, ts.float32).sync().partition(4)
+    out = shifted_copy(z, x).sync().z.unpartition().numpy()
+    assert np.array_equal(out, np.r_[np.arange(4) + 11.0, np.full(12, -np.inf)])
+    assert _checked(shifted_copy, ts.zeros(16, ts.float32).sync().partition(4), x) == []

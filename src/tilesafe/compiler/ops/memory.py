@@ -50,10 +50,11 @@ def _check_index(ctx, what: str, index, grid) -> None:
 
 
 def load_tile(ctx, tensor: TensorBinding, index, tile_shape, padding: str = "zero",
-              what: str = "partition"):
-    """The tile at tile coordinates ``index``; out-of-tensor elements are padding."""
-    grid = tile_grid(tensor.data.shape, tile_shape)
-    _check_index(ctx, what, index, grid)
+              what: str = "partition", checked: bool = True):
+    """The tile at tile coordinates ``index``; out-of-tensor elements are padding. ``checked``:
+    an index outside the tile grid is an error (else the whole tile is padding)."""
+    if checked:
+        _check_index(ctx, what, index, tile_grid(tensor.data.shape, tile_shape))
     part = tensor.dtype.to_compute(tensor.data[_tile_slices(tensor.data.shape, index,
                                                             tile_shape)])
     if part.shape == tuple(tile_shape):
@@ -335,8 +336,10 @@ def _load_like_rule(types, attrs):
 
 
 def _load_like_eval(ctx, attrs, x, z):
+    # (past x's edge, even wholly, the elements are padding, as on a GPU: the index is the
+    # program's own position, and the load reads only inside x)
     return load_tile(ctx, x, z.own_index(ctx.program_id), z.tile_shape, attrs["padding"],
-                     what="load_tile_like")
+                     what="load_tile_like", checked=False)
 
 
 op("load_like", "Load the tile of a tensor at the position and shape of a MutTensor.",
@@ -350,7 +353,8 @@ def _build_load_like(b, x, z, padding=0, *, latency=None, allow_tma=None):
     sits: same tile shape, same tile coordinates. ``x`` cannot be an output (a tc.MutTensor or
     tc.MappedPartitionMut: other programs write its tiles; read yours with its own ``load``,
     safety rule 1). Elements past ``x``'s edge read as ``padding`` (0, -0.0, nan, inf or
-    -inf). ``latency`` (1-10) and ``allow_tma`` (bool) are optimization hints for the GPU.
+    -inf), on every device, also where the whole tile lies past it (``x`` smaller than ``z``'s
+    tensor). ``latency`` (1-10) and ``allow_tma`` (bool) are optimization hints for the GPU.
     """
     problem = output_read(x.type, x.name) if isinstance(x, Value) else None
     if problem:
