@@ -71,18 +71,22 @@ def test_every_element_written_exactly_once(rows, cols, tile, gm, gn, blocks):
 
 
 def test_a_map_wider_than_the_grid_walks_it_as_the_grids_extent_does():
-    """Groups wider than the tile grid are kept to its extent: the same schedule (a group of
-    every row is one band), and the kernel's 32-bit schedule arithmetic (group x grid) stays
-    below the tile count. Unclamped, ``(2**31 - 1, 1)`` over a 4 x 4 grid wrapped in i32 on a
-    GPU and mapped two tile ids to one tile."""
+    """Groups wider than the tile grid give the schedule of groups of the grid's extent, and
+    the GPU code takes the smaller of the two, so its 32-bit schedule arithmetic (group x
+    grid) stays below the tile count. Unclamped, ``(2**31 - 1, 1)`` over a 4 x 4 grid wrapped
+    in i32 and mapped two tile ids to one tile. A group of 2**31 or more is refused."""
     from tilesafe.compiler.ops.mapped import mapped_coords
-    p = ts.zeros((16, 16), ts.int32).sync().partition((4, 4))
-    wide = p.map(((1 << 31) - 1, 1 << 20), 16)
-    assert wide.map_shape == (4, 4)
+    wide_map = ((1 << 31) - 1, 1 << 20)
     assert [mapped_coords(t, (4, 4), (4, 4)) for t in range(16)] == \
-        [mapped_coords(t, (4, 4), ((1 << 31) - 1, 1 << 20)) for t in range(16)]
-    out, = count_writes(wide).sync()
+        [mapped_coords(t, (4, 4), wide_map) for t in range(16)]
+    p = ts.zeros((16, 16), ts.int32).sync().partition((4, 4))
+    out, = count_writes(p.map(wide_map, 16)).sync()
     assert np.array_equal(out.unpartition().numpy(), np.ones((16, 16), np.int32))
+    p = ts.zeros((16, 16), ts.int32).sync().partition((4, 4))
+    with pytest.raises(ts.PartitionError, match="32-bit"):
+        p.map((1 << 31, 1), 4)
+    from tilesafe.backends.tileir.lower import lower_kernel
+    assert lower_kernel(count_writes.ir(p.map(wide_map, 16)))  # (sm_90: the compile suite)
 
 
 def _compile(kernel, *extra):

@@ -217,11 +217,12 @@ class MappedPartition:
                                  "do not fit the kernel's 32-bit indices", where,
                                  hint="use larger tiles, or map a smaller view in several "
                                  "launches")
+        if any(d >= 1 << 31 for d in shape):
+            raise PartitionError(f"map shape {shape}: a group of 2**31 tiles or more does not "
+                                 "fit the kernel's 32-bit indices", where,
+                                 hint="use at most the tile grid's extent on each axis")
         self._partition = partition
-        # a group wider than the grid walks the tiles as one of the grid's extent does; kept
-        # within it, the schedule's products (group x grid) stay below the tile count, so the
-        # kernel's 32-bit arithmetic cannot wrap and map two ids to one tile
-        self._map_shape = tuple(min(d, max(g, 1)) for d, g in zip(shape, partition.grid))
+        self._map_shape = shape
         self._num_tile_blocks = num_tile_blocks
 
     @property

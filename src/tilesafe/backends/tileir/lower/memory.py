@@ -256,7 +256,11 @@ def lower_mapped_index(lw: LoweringContext, op: Operation) -> None:
     if len(grid) == 3:
         per_plane = fn.muli(n_m, n_n)
         lead, t = div(t, per_plane), rem(t, per_plane)
-    gm, gn = lw.i32(zt.map_shape[-2]), lw.i32(zt.map_shape[-1])
+    # groups wider than the grid walk it as the grid's extent does (the same coordinates);
+    # kept within it, every product below stays under the tile count, which fits i32, so
+    # none wraps (a (2**31 - 1, 1) map wrapped and gave two ids one tile)
+    gm = fn.mini(lw.i32(zt.map_shape[-2]), n_m, signedness=SIGNED)
+    gn = fn.mini(lw.i32(zt.map_shape[-1]), n_n, signedness=SIGNED)
     band = fn.muli(gm, n_n)
     group = div(t, band)
     first_m = fn.muli(group, gm)
