@@ -345,6 +345,30 @@ def test_a_recorded_copy_reads_what_an_earlier_node_wrote():
     assert np.array_equal(b.numpy(), np.full(32, 3.0))
 
 
+def test_a_launch_made_in_a_step_and_driven_later_is_checked_again():
+    """A launch made inside a pipeline step is validated for the step's stream at once, and
+    work already enqueued there does not block it. One kept and driven later, after the
+    pipeline made what it writes the read-only result of ``.shared()`` or moved it, is
+    checked again and refused (it used to write the read-only or moved tensor)."""
+    x = _ones(32)
+    for change in ("shared", "moved"):
+        t = ts.zeros(32).sync()
+        stream, kept, moved = ts.Stream(t.device), [], []
+
+        def step(tensor):
+            kept.append(axpy(ts.borrow_mut(tensor).partition(8), x, 5.0))  # not driven here
+            if change == "moved":
+                moved.append(tensor.partition(8))
+            return tensor
+        op = ts.value(t).then(step)
+        (op.shared() if change == "shared" else op).sync_on(stream)
+        error = ts.BorrowError if change == "shared" else ts.MovedError
+        with pytest.raises(error):
+            kept.pop().sync_on(stream)
+        data = t if change == "shared" else moved.pop().unpartition()
+        assert np.array_equal(data.numpy(), np.zeros(32))
+
+
 def test_graph_rejects_allocating_ops_at_record_time():
     with ts.CudaGraph.scope() as graph:
         with pytest.raises(DeviceOpError, match="allocates memory"):

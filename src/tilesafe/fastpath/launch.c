@@ -299,8 +299,9 @@ execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where, PyObject *
         return NULL;
     PyObject *prepared = OPFIELD(op, LAUNCH_EARLY), *early_stream = OPFIELD(op,
                                                                             LAUNCH_EARLY_STREAM);
-    if (!is_prepared(prepared) ||
-        (early_stream != NULL && early_stream != Py_None && early_stream != stream))
+    /* validated inside a pipeline step: LaunchOp._perform checks again where the stream or
+     * the ownership epoch changed since */
+    if (!is_prepared(prepared) || (early_stream != NULL && early_stream != Py_None))
         return PyObject_CallMethodOneArg(op, s_perform, stream);
     return run_prepared(OPFIELD(op, LAUNCH_KERNEL), prepared, stream, thread_index);
 }

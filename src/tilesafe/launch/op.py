@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 from .. import _compiled
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp, OpCore, claim, resolve
-from ..driver.ledger import release_all
+from ..driver.ledger import ownership_epoch, release_all
 from ..driver.stream import Stream, current_stream, next_stream
 from ..errors import Location, TilesafeError
 from .checks import PreparedLaunch, handed_back, prepare, replay_borrows
@@ -149,7 +149,7 @@ LaunchCore = _FAST.LaunchCore if _FAST is not None else _LaunchState
 class LaunchOp(LaunchCore, DeviceOp[tuple]):
     """A lazy kernel launch (what calling a ``@ts.kernel`` returns)."""
 
-    __slots__ = ()
+    __slots__ = ("_early_epoch",)
 
     def __init__(self, kernel: Any, args: tuple, grid: Optional[Sequence[int]],
                  where: Location):
@@ -165,6 +165,7 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
         # Inside a running pipeline, work already enqueued on its stream does not block the
         # launch; the loans are then valid for that stream only (see _perform).
         self._early_stream = current_stream()
+        self._early_epoch = ownership_epoch()
         self._early = prepare(kernel.rules, args, grid, where, stream=self._early_stream,
                               plans=kernel._plans)
         self.device = self._early.device
@@ -176,8 +177,14 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
     def _perform(self, stream: Stream) -> tuple:
         k = self._kernel
         prepared = self._early
-        if prepared is not None and self._early_stream not in (None, stream):
-            # validated for another pipeline's stream: check again for the one it runs on
+        if prepared is not None and self._early_stream is not None and (
+                self._early_stream is not stream or self._early_epoch != ownership_epoch()):
+            # validated for another pipeline's stream: check again for the one it runs on.
+            # Or validated inside a pipeline step and driven after an ownership change: its
+            # loans, lent to the step's stream, did not block the work enqueued there
+            # meanwhile (a .shared() result, a move of a tensor it writes), although it was
+            # not enqueued yet; checked again, it is refused where that work changed its
+            # arguments.
             release_all(prepared.loans)
             prepared = None
         if prepared is None:
