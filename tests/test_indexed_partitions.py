@@ -104,6 +104,9 @@ def test_repeated_or_outside_positions_write_nothing(rng, positions, words):
                    rows).sync()
     assert np.all(cache.numpy() == -1.0)  # nothing written, and the cache is usable
     assert info.value.arguments[1] is rows
+    if str(cache.device) == "cpu":  # (found before the programs run: it names the launch)
+        assert str(info.value).startswith(f"{__file__}:")
+        assert "distinct tile" in info.value.hint
 
 
 def test_every_launch_checks_the_positions_as_they_are_when_it_runs(rng):
@@ -142,6 +145,9 @@ def test_misuse_of_at_is_refused_where_the_partition_is_made():
         ts.borrow_mut(t).partition((1, 8), at=np.zeros((2, 2), np.int32))
     with pytest.raises(PartitionError, match="cannot be mapped"):
         ts.borrow_mut(t).partition((1, 8), at=on(np.zeros((2, 2), np.int32))).map((1, 1), 1)
+    with pytest.raises(PartitionError, match="positions has no rows") as info:
+        ts.borrow_mut(t).partition((1, 8), at=on(np.zeros((0, 2), np.int32)))
+    assert "skip the launch" in info.value.hint
     t.numpy()  # nothing was moved or borrowed
 
 

@@ -29,7 +29,8 @@ from .compiler.specialize import Specialization, specialize_from_names
 from .deviceops.deviceop import DeviceOp
 from .driver.device import Device
 from .driver.stream import Stream
-from .errors import ArgumentError, Location, SignatureError, TilesafeError, UnsafeError
+from .errors import (ArgumentError, LaunchError, Location, SignatureError, TilesafeError,
+                     UnsafeError)
 from .launch.checks import (LaunchRules, PreparedLaunch, describe, kernel_args, launch_grid,
                             prepare, recover)
 from .launch.arguments import bind, result_type
@@ -279,6 +280,12 @@ class Kernel(KernelCore):
             bound.launch(stream)
             self.launch_count += 1
         except Exception as err:  # the arguments come back with the error, none is lost
+            if isinstance(err, LaunchError) and not err.location:
+                # found as it ran (an indexed partition's positions on the interpreter): the
+                # error names the launch
+                located = type(err)(err.message, prepared.where, hint=err.hint)
+                _hand_back(located, prepared.args)
+                raise located from None
             _hand_back(err, prepared.args)
             raise
         finally:  # the loans end when the stream is next synchronized, whatever happened

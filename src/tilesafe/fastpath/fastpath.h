@@ -168,7 +168,7 @@ extern PyObject *s_stream, *s_where, *s_index, *s_execute, *s_launch, *s_run_pre
     *s_synchronize, *s_native_address, *s_kind, *s_driven, *s_consume, *s_only_enqueues,
     *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown, *s_fn_launch, *s_fn_launch_ex,
     *s_fn_sync, *s_driver_launch, *s_on_complete, *s_perform, *s_platform, *s_enqueues_only,
-    *s_empty_tuple;
+    *s_early_epoch, *s_empty_tuple;
 
 /* ---- module.c ---------------------------------------------------------------------------- */
 int ensure_configured(void);

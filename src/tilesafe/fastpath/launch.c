@@ -273,6 +273,23 @@ undriven(PyObject *op)
     return driven == NULL || driven == Py_None;
 }
 
+/* whether a launch validated inside a pipeline step was validated at the current ownership
+ * epoch (its ``_early_epoch``); -1 with an error set */
+static int
+validated_at_this_epoch(PyObject *op)
+{
+    PyObject *epoch = PyObject_GetAttr(op, s_early_epoch);
+    if (epoch == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int same = PyObject_RichCompareBool(epoch, PyList_GET_ITEM(config.epoch, 0), Py_EQ);
+    Py_DECREF(epoch);
+    return same;
+}
+
 /* LaunchOp._execute with the drive's location already looked up (``drive_where``, borrowed:
  * _DRIVE.where, or None outside a drive) and maybe the thread's context */
 PyObject *
@@ -299,10 +316,18 @@ execute_launch(PyObject *op, PyObject *stream, PyObject *drive_where, PyObject *
         return NULL;
     PyObject *prepared = OPFIELD(op, LAUNCH_EARLY), *early_stream = OPFIELD(op,
                                                                             LAUNCH_EARLY_STREAM);
-    /* validated inside a pipeline step: LaunchOp._perform checks again where the stream or
-     * the ownership epoch changed since */
-    if (!is_prepared(prepared) || (early_stream != NULL && early_stream != Py_None))
+    if (!is_prepared(prepared) ||
+        (early_stream != NULL && early_stream != Py_None && early_stream != stream))
         return PyObject_CallMethodOneArg(op, s_perform, stream);
+    if (early_stream != NULL && early_stream != Py_None) {
+        /* validated inside a pipeline step: LaunchOp._perform checks again where the
+         * ownership epoch changed since */
+        int same = validated_at_this_epoch(op);
+        if (same < 0)
+            return NULL;
+        if (!same)
+            return PyObject_CallMethodOneArg(op, s_perform, stream);
+    }
     return run_prepared(OPFIELD(op, LAUNCH_KERNEL), prepared, stream, thread_index);
 }
 
@@ -533,6 +558,13 @@ kernel_call(PyObject *kernel, PyObject *args, PyObject *kwargs)
     OPFIELD(op, LAUNCH_WHERE) = where;
     OPFIELD(op, LAUNCH_EARLY) = prepared;
     OPFIELD(op, LAUNCH_EARLY_STREAM) = stream;
+    /* validated inside a pipeline step: the ownership epoch it was validated at (see
+     * LaunchOp._perform) */
+    if (stream != Py_None &&
+        PyObject_SetAttr(op, s_early_epoch, PyList_GET_ITEM(config.epoch, 0)) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
     return op;
 }
 

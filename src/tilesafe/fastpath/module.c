@@ -20,7 +20,7 @@ PyObject *s_stream, *s_where, *s_index, *s_execute, *s_launch, *s_run_prepared,
     *s_synchronize, *s_native_address, *s_kind, *s_driven, *s_consume, *s_only_enqueues,
     *s_then_how, *s_spend, *s_spend_why, *s_cuda, *s_unknown, *s_fn_launch, *s_fn_launch_ex,
     *s_fn_sync, *s_driver_launch, *s_on_complete, *s_perform, *s_platform, *s_enqueues_only,
-    *s_empty_tuple;
+    *s_early_epoch, *s_empty_tuple;
 
 /* ---- fields ------------------------------------------------------------------------------ */
 
@@ -400,7 +400,7 @@ PyInit__fastpath(void)
         intern(&s_fn_sync, "cuStreamSynchronize") ||
         intern(&s_driver_launch, "driver_launch") || intern(&s_on_complete, "on_complete") ||
         intern(&s_perform, "_perform") || intern(&s_platform, "_platform") ||
-        intern(&s_enqueues_only, "enqueues_only"))
+        intern(&s_enqueues_only, "enqueues_only") || intern(&s_early_epoch, "_early_epoch"))
         return NULL;
     if (s_empty_tuple == NULL && (s_empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;

@@ -180,6 +180,10 @@ def _check_positions(positions: Any, tensor: Any, rank: int, where: Location) ->
     if shape[0] >= 1 << 31:
         raise PartitionError(f"{shape[0]} positions: a launch has fewer than 2**31 programs",
                              where)
+    if shape[0] == 0:
+        raise PartitionError("positions has no rows: an indexed partition has one program per "
+                             "position, and a launch needs at least one", where,
+                             hint="skip the launch when there is nothing to write")
 
 
 class MappedPartition:

@@ -178,7 +178,8 @@ class LaunchOp(LaunchCore, DeviceOp[tuple]):
         k = self._kernel
         prepared = self._early
         if prepared is not None and self._early_stream is not None and (
-                self._early_stream is not stream or self._early_epoch != ownership_epoch()):
+                self._early_stream is not stream or
+                getattr(self, "_early_epoch", None) != ownership_epoch()):
             # validated for another pipeline's stream: check again for the one it runs on.
             # Or validated inside a pipeline step and driven after an ownership change: its
             # loans, lent to the step's stream, did not block the work enqueued there
