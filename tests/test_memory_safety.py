@@ -178,6 +178,40 @@ def test_a_shared_result_is_read_only_through_every_path():
     assert inc(ts.borrow_mut(ts.zeros(16, device="cpu").sync()).partition(4), twin).sync()
 
 
+@ts.kernel
+def add_one_atomically(h: tc.AtomicTensor[tc.f32, (-1,)]):
+    h.atomic_add(1.0, 0)
+
+
+def test_every_tensor_and_borrow_in_a_shared_result_is_read_only():
+    """``.shared()`` marks what its result holds at any depth of tuples, lists and dicts, and
+    the memory of a partition, mapped partition, mutable or atomic borrow in it (each was
+    writable when not at the result's top level or not a tensor)."""
+    x = _ones()
+
+    def fresh():
+        return ts.zeros(16, device="cpu").sync()
+    (listed,) = ts.value(fresh()).then(lambda t: [t]).shared().sync()
+    _, (nested,) = ts.value(fresh()).then(lambda t: (0, (t,))).shared().sync()
+    keyed = ts.value(fresh()).then(lambda t: {"t": t}).shared().sync()["t"]
+    for t in (listed, nested, keyed):
+        assert t.is_read_only
+        with pytest.raises(BorrowError, match="read-only result of .shared()"):
+            ts.borrow_mut(t).partition(4)
+    mapped = ts.value(fresh().partition(4).map(1, 2)).shared().sync()
+    with pytest.raises(BorrowError, match="read-only"):
+        inc_mapped(mapped)
+    borrowed = ts.value(ts.borrow_mut(fresh())).shared().sync()
+    with pytest.raises(BorrowError, match="read-only"):
+        borrowed.partition(4)
+    h = fresh()
+    atomic = ts.value(ts.atomic(h)).shared().sync()
+    with pytest.raises(BorrowError, match="read-only"):
+        add_one_atomically(atomic, grid=(3,))
+    assert np.array_equal(h.numpy(), np.zeros(16)) and listed.numpy().sum() == 0
+    assert inc(ts.borrow_mut(fresh()).partition(4), listed).sync()  # still an input
+
+
 def test_memory_pending_work_still_writes_cannot_become_a_shared_result():
     # a launch made but not driven writes t: sharing t now would hand out "read-only" memory
     # that the launch then writes

@@ -201,6 +201,8 @@ class DeviceOp(OpCore, Generic[T]):
 
         A tensor it produces becomes shared and read-only: it can be passed to any number of
         launches as a ``tc.Tensor`` input, but not partitioned, borrowed mutably or written.
+        So does every tensor in the result's tuples, lists and dicts, and the memory of a
+        partition, mapped partition, mutable or atomic borrow in it.
         """
         return SharedOp(self)
 
@@ -381,15 +383,25 @@ class SharedOp(DeviceOp[T]):
 
 def _mark_shared(result: Any, stream: Stream) -> Any:
     """Make the result of a shared op, run on ``stream``, read-only: every value of it that can
-    be shared (a tensor: it has ``_mark_shared``) is marked, in one ownership step (refused
-    while work not ordered before ``stream`` still writes it)."""
-    values = result if isinstance(result, tuple) else (result,)
+    be shared (a tensor, a partition, a borrow: it has ``_mark_shared``), at any depth of the
+    tuples, lists and dicts it is made of, is marked, in one ownership step (refused while
+    work not ordered before ``stream`` still writes it)."""
     where = caller_location()
     with LEDGER:
-        for v in values:
-            mark = getattr(v, "_mark_shared", None)
-            if mark is not None:
-                mark(where, stream)
+        pending, seen = [result], set()
+        while pending:
+            v = pending.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, (tuple, list)):
+                pending.extend(v)
+            elif isinstance(v, dict):
+                pending.extend(v.values())
+            else:
+                mark = getattr(v, "_mark_shared", None)
+                if mark is not None:
+                    mark(where, stream)
         bump_ownership_epoch()
     return result
 

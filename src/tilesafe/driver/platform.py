@@ -154,8 +154,8 @@ class HostPlatform(Platform):
             array.flags.writeable = False
             if max_version is None or tuple(max_version) < (1, 0):
                 raise BufferError("this tensor is read-only and DLPack before 1.0 cannot say so: "
-                                  "import it with a consumer of DLPack 1.0 (numpy 2.1+, torch "
-                                  "2.5+) or copy it first (t.clone())")
+                                  "import it with a consumer of DLPack 1.0 that honours the "
+                                  "flag (numpy 2.1+) or copy it first (t.clone())")
         if max_version is not None:
             return array.__dlpack__(max_version=max_version, copy=copy)
         return array.__dlpack__()

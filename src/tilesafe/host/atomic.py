@@ -41,6 +41,11 @@ class AtomicBorrow:
         """The borrowed tensor (what a launch hands back for this argument)."""
         return self._tensor
 
+    def _mark_shared(self, where: Any, stream: Any) -> None:
+        """The result of a ``.shared()`` op: the tensor becomes read-only (no atomic update
+        reaches it either)."""
+        self._tensor._mark_shared(where, stream)
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self._tensor.shape

@@ -234,6 +234,10 @@ class MappedPartition:
         """The partition scheduled."""
         return self._partition
 
+    def _mark_shared(self, where: Location, stream: Any) -> None:
+        """The result of a ``.shared()`` op: the partitioned memory becomes read-only."""
+        self._partition._mark_shared(where, stream)
+
     @property
     def map_shape(self) -> tuple[int, ...]:
         """How tile ids walk the grid (see :meth:`Partition.map`)."""
@@ -270,6 +274,10 @@ class BorrowMut:
 
     def __init__(self, tensor: Any):
         self._tensor = tensor
+
+    def _mark_shared(self, where: Location, stream: Any) -> None:
+        """The result of a ``.shared()`` op: the borrowed tensor becomes read-only."""
+        self._tensor._mark_shared(where, stream)
 
     def partition(self, tile_shape: "int | Sequence[int]", *,
                   at: Optional[Any] = None) -> Partition:
