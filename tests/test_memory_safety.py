@@ -87,6 +87,26 @@ def test_while_a_launch_writes_an_import_its_twin_cannot_be_read_or_written():
     assert np.array_equal(t2.numpy(), np.full(16, 2.0))  # inc wrote x + 1
 
 
+def test_memory_imported_for_two_devices_is_one_memory():
+    """Host and device addresses are one space (CUDA's unified addressing), so memory a GPU
+    reaches at its host address (pinned or managed memory), imported once as ``cpu`` and once
+    as ``cuda:0``, is one region with one loan book: while a launch writes it through one
+    import, the other cannot be read (they were two memories before). Shown on the ledger,
+    with the ``cuda:0`` import's record made by hand (no GPU needed)."""
+    from tilesafe.driver.device import Device
+    from tilesafe.driver.ledger import Allocation
+    host = np.zeros(16, np.float32)
+    t = ts.from_dlpack(host)
+    address = host.__array_interface__["data"][0]
+    as_cuda = Allocation(host, Device("cuda", 0), base=address, nbytes=host.nbytes)
+    assert as_cuda.loans is t._alloc.loans
+    pending = inc(ts.borrow_mut(t).partition(4), _ones())
+    with pytest.raises(BorrowError, match="mutably borrowed by the pending launch of 'inc'"):
+        as_cuda.check(address, address + 4, write=False, action="read it", where=None)
+    pending.sync()
+    as_cuda.check(address, address + 4, write=False, action="read it", where=None)
+
+
 def test_an_import_overlapping_two_imports_joins_their_loans():
     a = np.zeros(32, np.float32)
     left, right = ts.from_dlpack(a[:16]), ts.from_dlpack(a[16:])

@@ -214,16 +214,17 @@ class MemoryMap:
                 at += 1
 
 
-_MAPS: dict[tuple[str, int], MemoryMap] = {}
+#: every device's memory, in one map: host and device addresses are one virtual address space
+#: (CUDA's unified addressing, on every 64-bit platform it supports), so memory a GPU reaches
+#: at a host address (pinned, mapped or managed memory) imported once as ``cpu`` and once as
+#: ``cuda:N`` is one region, with one loan book, like any two imports of one buffer
+_MAP = MemoryMap()
 
 
 def memory_map(device: Device) -> MemoryMap:
-    """The memory map of ``device`` (made on first use)."""
-    key = (device.kind, device.index)
-    found = _MAPS.get(key)
-    if found is None:
-        found = _MAPS.setdefault(key, MemoryMap())
-    return found
+    """The memory map ``device``'s allocations are registered in (one for every device: see
+    ``_MAP``)."""
+    return _MAP
 
 
 class Allocation:

@@ -114,10 +114,9 @@ class Tensor:
 
     def _overlaps(self, other: "Tensor") -> bool:
         """Whether this view and ``other`` may touch one byte, through whatever path reached
-        the memory (views, DLPack imports of one buffer): the same device and intersecting
-        address spans (the conservative footprints loans are keyed by)."""
-        if self.device != other.device:
-            return False
+        the memory (views, DLPack imports of one buffer, on whichever device it was imported
+        for: addresses are one space, ``driver.ledger._MAP``): intersecting address spans (the
+        conservative footprints loans are keyed by)."""
         (lo, hi), (other_lo, other_hi) = self.span(), other.span()
         return lo < other_hi and other_lo < hi
 
