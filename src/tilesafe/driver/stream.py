@@ -174,20 +174,22 @@ class Stream(StreamCore):
         if first_error is not None:
             raise first_error
 
-    def release_recorded(self, keep: Callable[[Any], bool] = lambda item: False) -> list:
+    def _release_recorded(self, keep: Callable[[Any], bool] = lambda item: False) -> list:
         """End now the loans of the work enqueued on this stream so far, for work that was
         recorded rather than run (a graph capture in progress on the stream: nothing ran, and
         the graph's replays are ordered by whoever replays it). What it borrowed besides is
-        handed back, except the items ``keep`` selects, which are returned to the caller."""
+        handed back (before the loans end, as at a synchronize), except the items ``keep``
+        selects, which are returned to the caller. Private: called on a stream whose work did
+        run, it would end loans of work still running."""
         pending, self._pending = self._pending, []
         spent, self._spent = self._spent, []
-        release_all(pending)
         kept = []
         for item, where in spent:
             if keep(item):
                 kept.append(item)
             else:
                 item._spend("was borrowed by a launch recorded into a graph", where)
+        release_all(pending)
         return kept
 
     @classmethod

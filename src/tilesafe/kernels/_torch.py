@@ -150,7 +150,7 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         if capturing:
             # recorded into torch's graph, nothing ran (module docstring); a fault record its
             # replays may write is never handed to another launch
-            _RECORDED_FAULT_RECORDS.extend(stream.release_recorded(keep=_is_fault_record))
+            _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
         else:
             stream.mark()
     return _to_torch(result, back)
