@@ -131,7 +131,8 @@ def test_the_positions_are_borrowed_by_the_launch_like_an_input(rng):
 def test_positions_that_share_memory_with_the_written_tensor_are_refused():
     flat = ts.zeros((16,), ts.int32).sync()
     positions = flat[0:2]
-    with pytest.raises(AliasingError, match="overlap in memory"):
+    with pytest.raises(AliasingError, match="arguments 'out' and the positions of 'out' of "
+                       "'scatter1d' overlap in memory and 'out' is mutable"):
         scatter1d(ts.borrow_mut(flat).partition(4, at=positions), on(np.zeros(8, np.int32)))
 
 

@@ -205,14 +205,20 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
     """No mutable argument may share a byte with another argument, through whatever path
     reached the memory (views, DLPack imports of one buffer): the check compares device
     addresses."""
-    tensors = [(p.name, t, mutable) for p, _, t, mutable in tensor_arguments(params, args)]
+    given = {p.name: a for p, a in zip(params, args)}
+    tensors = []
+    for p, _, t, mutable in tensor_arguments(params, args):
+        # (an indexed partition's positions come with its parameter's name: say which they are)
+        positions = not mutable and isinstance(given[p.name], Partition)
+        tensors.append((f"the positions of '{p.name}'" if positions else f"'{p.name}'", t,
+                        mutable))
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
             if (mut_a or mut_b) and ta._overlaps(tb):
                 mutable = name_a if mut_a else name_b
                 raise AliasingError(
-                    f"arguments '{name_a}' and '{name_b}' of '{kernel_name}' overlap in memory "
-                    f"and '{mutable}' is mutable: tile programs could race", where,
+                    f"arguments {name_a} and {name_b} of '{kernel_name}' overlap in memory "
+                    f"and {mutable} is mutable: tile programs could race", where,
                     hint="pass disjoint tensors (copy the input first with .clone()), or "
                     "compute in place by loading the MutTensor itself with z.load()")
 
