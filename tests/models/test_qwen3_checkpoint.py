@@ -119,6 +119,10 @@ def test_bad_directories_and_configs_say_what_is_wrong(tmp_path):
     data = {**TINY.to_json_dict(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
     with pytest.raises(ArgumentError, match="RoPE scaling"):
         Qwen3Config.from_dict(data)
+    with pytest.raises(ArgumentError, match="hidden_act is 'gelu'"):  # (it ran as SiLU)
+        Qwen3Config.from_dict({**TINY.to_json_dict(), "hidden_act": "gelu"})
+    plain = {**TINY.to_json_dict(), "rope_scaling": {"rope_type": "default"}}
+    assert Qwen3Config.from_dict(plain) == Qwen3Config.from_dict(TINY.to_json_dict())
     with pytest.raises(ArgumentError, match="not a multiple of num_key_value_heads"):
         Qwen3Config(**{**TINY.__dict__, "num_attention_heads": 5})
 

@@ -65,9 +65,16 @@ class Qwen3Config:
                                 "Qwen3 models (model_type 'qwen3') only")
         rope = data.get("rope_parameters") or {}
         scaling = data.get("rope_scaling") or rope.get("rope_type", "default")
-        if scaling not in (None, "default") and scaling != {}:
+        if isinstance(scaling, Mapping):  # ({"rope_type": "default"} is plain RoPE too)
+            scaling = scaling.get("rope_type", scaling.get("type", "default")) \
+                if set(scaling) <= {"rope_type", "type", "rope_theta"} else scaling
+        if scaling not in (None, "default"):
             raise ArgumentError(f"{source}: RoPE scaling {scaling!r} is not supported (plain "
                                 "RoPE only)")
+        activation = data.get("hidden_act", "silu")
+        if activation != "silu":
+            raise ArgumentError(f"{source}: hidden_act is {activation!r}; Qwen3's MLP is SwiGLU "
+                                "(hidden_act 'silu'), the only activation this engine runs")
         if data.get("attention_bias"):
             raise ArgumentError(f"{source}: attention_bias is true; Qwen3 has no attention "
                                 "bias and this engine does not support one")
