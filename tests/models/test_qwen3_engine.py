@@ -19,6 +19,8 @@ transformers = pytest.importorskip("transformers")
 TINY = Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64)
 PROMPT = [3, 17, 99, 4, 60, 21, 7]
+#: decode steps compared with transformers, logits and greedy tokens (the issue's 32)
+DECODE_STEPS = 32
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,11 @@ def _hf_logits(model, ids):
 @pytest.mark.parametrize("fold_norms", [True, False])
 def test_prefill_and_decode_match_transformers(checkpoint, fold_norms):
     """Both decode steps: the norms folded into their projections (the default) and
-    transformers' rounding step for step (the norm's weight read by each GEMV)."""
-    engine = Qwen3Engine(checkpoint, max_seq=32, fold_norms=fold_norms)
+    transformers' rounding step for step (the norm's weight read by each GEMV). The prompt's
+    logits, then 32 decode steps fed the reference's greedy tokens: logits as close as
+    transformers' bfloat16 run, and the same greedy token at every step except where the
+    reference's top two are closer than that run's own error (at most 1 in 8 steps)."""
+    engine = Qwen3Engine(checkpoint, max_seq=48, fold_norms=fold_norms)
     reference, hf_bf16 = _hf(checkpoint, torch.float32), _hf(checkpoint, torch.bfloat16)
     ours = engine.prefill(PROMPT, all_positions=True)
     want = _hf_logits(reference, PROMPT)
@@ -51,22 +56,38 @@ def test_prefill_and_decode_match_transformers(checkpoint, fold_norms):
     our_error = np.abs(ours - want).max() / scale
     their_error = np.abs(theirs - want).max() / scale
     assert our_error <= 2 * their_error + 2 ** -8, (our_error, their_error)
-    tokens = list(PROMPT)
-    for _ in range(3):  # greedy decode steps, the cache growing by one each time
-        nxt = int(np.argmax(ours[-1]))
+    tokens, ties = list(PROMPT), 0
+    for step_index in range(DECODE_STEPS):  # the cache growing by one each time
+        nxt = int(np.argmax(want[-1]))  # fed the reference's greedy token
         tokens.append(nxt)
         ours = engine.decode(nxt)[None]
         want = _hf_logits(reference, tokens)[-1:]
         theirs = _hf_logits(hf_bf16, tokens)[-1:]
         our_error = np.abs(ours - want).max() / scale
         their_error = np.abs(theirs - want).max() / scale
-        assert our_error <= 2 * their_error + 2 ** -8, (our_error, their_error)
-        assert int(np.argmax(ours[-1])) == int(np.argmax(want[-1]))
+        assert our_error <= 2 * their_error + 2 ** -8, (step_index, our_error, their_error)
+        ours_top, want_top = int(np.argmax(ours[-1])), int(np.argmax(want[-1]))
+        if ours_top != want_top:  # allowed only where bfloat16's own error decides it
+            gap = (want[-1, want_top] - want[-1, ours_top]) / scale
+            assert gap <= 2 * their_error, (step_index, gap, their_error)
+            ties += 1
+    assert ties <= DECODE_STEPS // 8, ties  # (a tie is rare: the tokens are the reference's)
     (step,) = engine._steps.values()  # one recorded step, replayed for every token
     graph = step.graph
     assert len(graph.nodes) > 10 * TINY.num_hidden_layers
-    # replayed back to back, the argmax kept on the device: the same greedy tokens
-    assert engine.generate(PROMPT, 4) == tokens[len(PROMPT):] + [int(np.argmax(ours[-1]))]
+    # replayed back to back, the argmax kept on the device: the tokens greedy decoding of
+    # the same logits picks, step for step
+    engine.lengths = [0]
+    made = engine.generate(PROMPT, 4)
+    engine.lengths = [0]
+    prefill = engine.prefill(PROMPT)
+    expected, history = [], list(PROMPT)
+    logits = prefill
+    for _ in range(4):
+        history.append(int(np.argmax(logits)))
+        expected.append(history[-1])
+        logits = engine.decode(history[-1])
+    assert made == expected
 
 
 def test_a_recorded_prefill_gives_the_logits_and_cache_of_one_driven_launch_by_launch(
