@@ -408,10 +408,32 @@ def test_misused_atomic_ops_are_compile_errors(kernel, error, message):
         kernel.ir(ts.atomic(_h(dtype, (4,) * rank)), grid=(1,))
 
 
+@ts.kernel
+def method_on_a_shared_tensor(x: tc.Tensor[tc.i32, (-1,)]):
+    x.atomic_max(1, 0)
+
+
 def test_atomic_ops_need_an_atomic_tensor():
     with pytest.raises(CompileError, match=r"atomic_add: the first argument must be a "
                        r"tc.AtomicTensor parameter, got tensor<\?xi32>"):
         on_a_shared_tensor.ir(_h(), grid=(1,))
+    with pytest.raises(CompileError, match="has no attribute or method 'atomic_max'") as info:
+        method_on_a_shared_tensor.ir(_h(), grid=(1,))
+    assert "tc.AtomicTensor parameter, passed as ts.atomic(t)" in info.value.hint
+
+
+@ts.kernel
+def uses_what_an_atomic_update_returns(h: tc.AtomicTensor[tc.i32, (-1,)],
+                                       z: tc.MutTensor[tc.i32, (4,)]):
+    old = h.atomic_add(1, 0)
+    z.store(tc.zeros((4,), tc.i32) + old)
+
+
+def test_an_atomic_update_gives_no_value():
+    with pytest.raises(CompileError, match="operand is None, not a tile") as info:
+        uses_what_an_atomic_update_returns.ir(ts.atomic(_h()),
+                                              ts.zeros(4, ts.int32).sync().partition(4))
+    assert "atomic updates, stores and device functions without a return" in info.value.hint
 
 
 def test_an_atomic_tensor_needs_a_shape_tuple():

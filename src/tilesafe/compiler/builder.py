@@ -305,6 +305,10 @@ class IRBuilder:
                dtype: Optional[DType] = None) -> list[Value]:
         """Make tiles of one dtype and one (broadcast) shape out of ``xs``."""
         for x in xs:
+            if x is None:
+                raise self.error(CompileError, f"{what}: operand is None, not a tile",
+                                 "atomic updates, stores and device functions without a "
+                                 "return give no value; use the value you computed")
             if not (is_py_scalar(x) or isinstance(x, Value)):
                 raise self.error(CompileError, f"{what}: operand is a {describe(x)}, not a tile")
             if isinstance(x, Value) and not isinstance(x.type, TileType):

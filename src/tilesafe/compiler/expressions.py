@@ -466,8 +466,12 @@ _EXPRESSION_HINTS = {
     "NamedExpr": "assign with '=' in a separate statement",
 }
 
+_ATOMIC_HINT = ("atomic updates need a tc.AtomicTensor parameter, passed as ts.atomic(t); they "
+                "return nothing")
 _METHOD_HINTS = {
     ("tensor", "load"): "load a shared tensor with tc.load_tile_like(x, z) or "
                         "x.partition(tile_shape).load(index)",
     ("mut_tensor", "load_tile"): "use z.load()",
+    **{(kind, f"atomic_{mode}"): _ATOMIC_HINT for kind in ("tensor", "mut_tensor")
+       for mode in ("add", "max", "min", "and", "or", "xor")},
 }
