@@ -171,11 +171,22 @@ class LaunchError(TilesafeError):
         self.message = message
         self.location = location
         self.hint = hint
-        where = f"{location}: " if location else ""
-        text = f"{where}{message}"
-        if hint:
-            text += f"\n  fix: {hint}"
-        super().__init__(text)
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        text = f"{where}{self.message}"
+        if self.hint:
+            text += f"\n  fix: {self.hint}"
+        return text
+
+    def with_context(self, *, location: Location | str | None = None) -> "LaunchError":
+        """Fill in the location if not already known (an error found as the launch ran names
+        the launch), as ``CompileError.with_context`` does."""
+        if location is not None and not self.location:
+            self.location = location
+            self.args = (self._format(),)
+        return self
 
 
 class ArgumentError(LaunchError):

@@ -280,12 +280,10 @@ class Kernel(KernelCore):
             bound.launch(stream)
             self.launch_count += 1
         except Exception as err:  # the arguments come back with the error, none is lost
-            if isinstance(err, LaunchError) and not err.location:
+            if isinstance(err, LaunchError):
                 # found as it ran (an indexed partition's positions on the interpreter): the
                 # error names the launch
-                located = type(err)(err.message, prepared.where, hint=err.hint)
-                _hand_back(located, prepared.args)
-                raise located from None
+                err.with_context(location=prepared.where)
             _hand_back(err, prepared.args)
             raise
         finally:  # the loans end when the stream is next synchronized, whatever happened

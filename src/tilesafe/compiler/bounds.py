@@ -9,8 +9,8 @@ devices print for an index that fails.
 The proof is a small interval analysis over integer scalars: constants, block ids (bounded by
 the grid when it is compiled in, ``const_grid``), ``for`` induction variables, and ``+ - *
 // % min max`` and conversions of those. An op whose exact result could leave its dtype's
-range may have wrapped, so nothing is known of its result. A loop ``for k in range(lb, num_tiles(p, a))``
-also knows ``k < num_tiles(p, a)`` symbolically, so ``p.load((..., k, ...))`` (or a load from
+range may have wrapped, so nothing is known of its result. A loop ``for k in range(lb,
+num_tiles(p, a))`` also knows ``k < num_tiles(p, a)`` symbolically, so ``p.load((..., k, ...))`` (or a load from
 another partition of the same tensor with the same tile extent on that axis) needs no check
 whatever the tensor's extents. Static extents (a shape the signature fixes) make the tile grid a
 constant. An access is *checked* unless every index is proven in range, the access asks for

@@ -72,26 +72,28 @@ class CopyNode:
         with stream.order_lock if stream is not None else contextlib.nullcontext():
             if self._copy_on_device(stream):
                 return self.destination
-            # through the host: in stream order only where the stream's work has already run
-            # when it is enqueued (the cpu device); elsewhere as a host access
-            ordered = stream if stream is not None and \
-                not platform_of(self.destination.device).asynchronous else None
             with LEDGER:  # no launch may start on either until the copy is written
-                self.source._check_access("read this tensor", write=False, stream=ordered)
+                self._check(stream)
                 values = self.source._read_storage()
-                self.destination._check_access("write this tensor", write=True, stream=ordered)
                 self.destination._write_storage(
                     self.destination.dtype.to_storage(np.asarray(values)))
         return self.destination
 
+    def _check(self, stream: Any) -> None:
+        """The source may be read and the destination written (called with the ledger held):
+        as work in ``stream``'s order, after the work enqueued there before it, where the copy
+        runs in that order (on the device, or through the host where a stream's work has run
+        when it is enqueued: the cpu device); elsewhere as a host access."""
+        ordered = stream if stream is not None and (
+            self._on_device() or not platform_of(self.destination.device).asynchronous) \
+            else None
+        self.source._check_access("read this tensor", write=False, stream=ordered)
+        self.destination._check_access("write this tensor", write=True, stream=ordered)
+
     def stage(self, stream: Any) -> tuple:
-        """A replay's checks (a copy lends nothing): the source readable and the destination
-        writable in ``stream``'s order (see ``replay``), nothing copied."""
-        ordered = stream if not platform_of(self.destination.device).asynchronous or \
-            self._on_device() else None
+        """A replay's checks (a copy lends nothing), nothing copied (see ``_check``)."""
         with LEDGER:
-            self.source._check_access("read this tensor", write=False, stream=ordered)
-            self.destination._check_access("write this tensor", write=True, stream=ordered)
+            self._check(stream)
         return ()
 
     def run_staged(self, staged: tuple, stream: Any) -> None:
@@ -112,19 +114,18 @@ class CopyNode:
 
     def _copy_on_device(self, stream: Any) -> bool:
         """Copy two contiguous tensors of one device without the host (a device-to-device
-        copy, waited for), checked as the host path checks them: the source may be read and
-        the destination written, under the ledger's lock so no launch starts on either until
-        the copy is made. False where the platform has no such copy, a view is strided or the
-        two overlap in memory (the host path reads the whole source before writing)."""
+        copy, waited for), checked by ``_check`` under the ledger's lock so no launch starts
+        on either until the copy is made. False where the platform has no such copy, a view
+        is strided or the two overlap in memory (the host path reads the whole source before
+        writing)."""
         source, destination = self.source, self.destination
         if not self._on_device():
             return False
         nbytes = destination.nbytes
         platform = platform_of(destination.device)
         item = destination.dtype.itemsize
-        with LEDGER:  # (the copy is enqueued on the stream after its earlier work)
-            source._check_access("read this tensor", write=False, stream=stream)
-            destination._check_access("write this tensor", write=True, stream=stream)
+        with LEDGER:
+            self._check(stream)
             return platform.copy_within(
                 (destination._alloc.data, destination._offset * item),
                 (source._alloc.data, source._offset * item), nbytes,
