@@ -59,6 +59,39 @@ def test_loans_end_once_the_work_completed():
     assert torch.allclose(out, x * 2)
 
 
+def test_completed_work_on_one_stream_does_not_block_a_call_on_another():
+    """Work enqueued on torch's default stream, synchronized, then a call on a side stream
+    writing the same tensor: the finished work's loans end at that call (they used to stay
+    until a call on the first stream)."""
+    x = torch.randn(256, 512, device="cuda")
+    out = torch.empty_like(x)
+    for _ in range(3):
+        scaled(x, out=out)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        scaled(x, scale=5.0, out=out)
+    side.synchronize()
+    assert torch.allclose(out, x * 5.0, rtol=1e-6)
+
+
+def test_pending_work_on_one_stream_blocks_a_write_on_another():
+    """The same, not synchronized: the default stream is held up by a spin kernel, so the first
+    call is still pending; writing its output from a side stream would race, and is refused
+    with a hint to wait for the stream."""
+    x = torch.randn(64, 64, device="cuda")
+    out = torch.empty_like(x)
+    torch.cuda._sleep(200_000_000)  # (about 0.1 s of device time ahead of the call)
+    scaled(x, out=out)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        with pytest.raises(ts.BorrowError, match="torch.cuda.synchronize"):
+            scaled(x, scale=7.0, out=out)
+    torch.cuda.synchronize()
+    assert torch.allclose(out, x * 2.0, rtol=1e-6)  # the refused call wrote nothing
+    release_completed()
+
+
 def test_inside_a_torch_cuda_graph():
     x = torch.randn(128, 96, device="cuda")
     s = torch.cuda.Stream()

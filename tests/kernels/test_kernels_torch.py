@@ -82,6 +82,22 @@ def test_a_marked_launch_keeps_its_loans_until_released():
     assert np.array_equal(z.numpy(), np.full((2, 4), 5.0, np.float32))
 
 
+def test_a_borrow_blocked_by_marked_work_says_how_to_wait_for_it():
+    """Marked work cannot be driven from the host (it belongs to another library's stream): the
+    error says to wait for that stream, not to ``.sync()`` a launch the caller never held."""
+    stream = ts.Stream("cpu")
+    z = ts.zeros((2, 4)).sync()
+    _scaled(ts.borrow_mut(z).partition((1, 4)), ts.ones((2, 4)).sync(), 1.0)._enqueue(stream, None)
+    stream.mark()
+    with pytest.raises(ts.BorrowError, match="not completed") as info:
+        z.numpy()
+    assert "torch.cuda.synchronize()" in str(info.value)
+    assert ".sync() or await" not in str(info.value)
+    assert "test_kernels_torch.py" in str(info.value)
+    stream.release_completed()
+    z.numpy()
+
+
 def test_release_recorded_ends_loans_and_keeps_selected_items():
     stream = ts.Stream("cpu")
     z = ts.zeros((2, 4)).sync()

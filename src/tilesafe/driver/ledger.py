@@ -111,10 +111,11 @@ def check(book: list, lo: int, hi: int, *, write: bool, action: str, where: Loca
                           "bytes", where, hint="pass it as a tc.Tensor input; to modify it, "
                           "copy it first with .clone()")
     if loan is not None:
+        hint = getattr(loan.stream, "pending_hint", None) or (
+            "drive that work to completion first (.sync() or await it); its results come "
+            "back from the launch")
         raise BorrowError(f"cannot {action}: its memory is {describe(loan)}, which has not "
-                          "completed", where,
-                          hint="drive that work to completion first (.sync() or await it); "
-                          "its results come back from the launch")
+                          "completed", where, hint=hint)
 
 
 def lend(book: list, lo: int, hi: int, *, mutable: bool, holder: str,

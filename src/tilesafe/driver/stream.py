@@ -104,6 +104,9 @@ class Stream(StreamCore):
     """
 
     __slots__ = ("id", "foreign", "handle", "_native", "_platform", "order_lock", "__dict__")
+    #: the hint of a borrow error blocked by this stream's work, where the default (drive it
+    #: to completion) does not apply: set by :meth:`mark`
+    pending_hint: Optional[str] = None
     _ids = itertools.count()
 
     def __init__(self, device: "Device | str | None" = None, *, handle: Any = None):
@@ -153,6 +156,7 @@ class Stream(StreamCore):
         spent, self._spent = self._spent, []
         if not pending and not spent:
             return
+        self.pending_hint = MARKED_WORK_HINT
         event = Event().record(self)
         with self._marks_lock:
             self._marks.append((event, pending, spent))
@@ -200,6 +204,15 @@ class Stream(StreamCore):
     def __repr__(self) -> str:
         kind = "wrapped" if self.foreign is not None else "owned"
         return f"<Stream {self.id} on {self.device} ({kind})>"
+
+
+#: how a borrow error blocked by marked work (:meth:`Stream.mark`) says to proceed: nothing of
+#: it can be driven from the host, it ends once the stream has run it
+MARKED_WORK_HINT = ("that work was enqueued on another library's stream (a call with torch "
+                    "tensors); wait for that stream (torch.cuda.synchronize(), or order this "
+                    "work after it on the same stream) and call again: completed work's loans "
+                    "end at the next call with torch tensors, or at "
+                    "tilesafe.kernels.release_completed()")
 
 
 def _raw_handle(handle: Any) -> int:

@@ -9,10 +9,12 @@ CPU device the interpreter runs the launch as it is enqueued.)
 
 Loans: the launch borrows the imported memory like any launch. The work is *marked* on the
 stream (``Stream.mark``), and the loans end once it has completed, checked without waiting at
-the next library call on that stream or by :func:`release_completed`. So a tilesafe tensor over
+the next library call with torch tensors on that device (whichever of torch's streams it
+runs on: work on one stream, synchronized, then a call on another, as torch code does) or by
+:func:`release_completed`. So a tilesafe tensor over
 the same memory stays protected while the work is pending; torch itself orders its own use of
 the tensors by the stream, as for its own ops. A failed run-time check of an earlier call
-(``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the stream
+(``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the device
 after that work completed, or by :func:`release_completed`.
 
 While torch captures a CUDA graph on the stream, nothing runs: the launch is recorded into
@@ -28,7 +30,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
@@ -131,7 +133,7 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
     stream = _stream_of(device)
     capturing = stream is not None and torch.cuda.is_current_stream_capturing()
     if stream is not None and not capturing:  # (an event query would end torch's capture)
-        stream.release_completed()
+        _release_completed(device.index)
         reserve_fault_records(FAULT_RECORDS_AHEAD, device=f"cuda:{device.index}")
     runs_on = stream if stream is not None else next_stream("cpu")
     token = ALLOCATOR.set(allocate)
@@ -206,9 +208,22 @@ def reserve_fault_records(count: int, device: Any = "cuda:0") -> None:
     reserve(as_device(device).index, int(count))
 
 
+def _release_completed(device_index: Optional[int] = None) -> None:
+    """End the loans of completed work on every torch stream used so far (of one device, or of
+    all), each stream's whatever another raises; then raise the first failure reported."""
+    first: Optional[BaseException] = None
+    for (index, _), stream in list(_STREAMS.items()):
+        if device_index is None or index == device_index:
+            try:
+                stream.release_completed()
+            except Exception as err:  # (the other streams are released first)
+                first = first or err
+    if first is not None:
+        raise first
+
+
 def release_completed() -> None:
     """End the loans of library calls made with torch tensors whose work has completed, on
     every torch stream used so far (no wait), raising a run-time check's failure if one of
     them reported one."""
-    for stream in list(_STREAMS.values()):
-        stream.release_completed()
+    _release_completed()
