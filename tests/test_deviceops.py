@@ -312,6 +312,27 @@ def test_graph_record_replay_and_update():
     assert np.array_equal(w.unpartition().numpy(), np.full(32, 4.0))
 
 
+def test_a_graph_compiles_its_kernels_before_its_first_replay():
+    """``CudaGraph.compile`` builds every recorded launch's kernel and runs nothing; the first
+    replay then compiles nothing. It is refused inside the ``with`` block."""
+    @ts.kernel
+    def scale_into(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], a: float):  # noqa: F821
+        z.store(tc.load_tile_like(x, z) * a)
+    x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
+    out = ts.zeros(16).sync()
+    with ts.CudaGraph.scope() as graph:
+        graph.record(scale_into(ts.borrow_mut(out).partition(8), x, 3.0))
+        with pytest.raises(DeviceOpError, match="not complete; compile it after its 'with'"):
+            graph.compile()
+    assert scale_into.compile_count == 0
+    graph.compile()
+    assert scale_into.compile_count == 1 and scale_into.launch_count == 0
+    assert np.array_equal(out.numpy(), np.zeros(16))  # nothing ran
+    graph.replay()
+    assert scale_into.compile_count == 1
+    assert np.array_equal(out.numpy(), 3 * np.arange(16))
+
+
 def test_a_replay_refused_at_a_later_node_runs_no_node():
     """A replay checks every node before it runs any: the second node's input mutably
     borrowed by pending work refuses the replay with the first node not run (on the cpu

@@ -1,5 +1,5 @@
-"""``tilesafe generate`` on the interpreter with a small random checkpoint: it reports the time
-to first token and tokens/s, its greedy tokens match transformers' (``--check``), and bad
+"""``tilesafe generate`` on the interpreter with a small random checkpoint: it reports the
+start-up and its compiling apart from the time to first token and tokens/s, its greedy tokens match transformers' (``--check``), and bad
 arguments fail with a message and status 1."""
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ def test_generate_reports_and_matches_transformers(checkpoint, capsys):
     assert status == 0, out
     assert "time to first token" in out and "tokens/s" in out
     assert "greedy tokens match transformers'" in out
+    assert "start-up " in out and "s weights aside" in out and "\ncompile    " in out
+    # every kernel is compiled before the prompt runs (Qwen3Engine.prepare)
+    assert "of which compiling" not in out
     assert "roofline   n/a (measured on a GPU only)" in out
 
 

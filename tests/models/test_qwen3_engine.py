@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilesafe.errors import ArgumentError
 from tilesafe.models.checkpoint import write_random
 from tilesafe.models.qwen3.config import Qwen3Config
 from tilesafe.models.qwen3.engine import Qwen3Engine
@@ -188,6 +189,29 @@ def test_bad_batches_and_prompts_are_refused(checkpoint):
         engine.decode(3)
     with pytest.raises(ArgumentError, match="sequence=2 is not in"):
         engine.prefill(PROMPT, sequence=2)
+
+
+def test_after_prepare_the_prompt_and_the_decode_compile_nothing(checkpoint):
+    """``prepare`` records the prompt's prefill and the decode step, so every kernel they
+    launch is compiled then: with every live kernel's compiled code dropped first (as in a new
+    process), prepare compiles them and the prompt and decoding after it compile none."""
+    from tilesafe.kernel import live_kernels
+    from tilesafe.pipeline import compile_totals
+    for k in live_kernels():
+        k._executables.clear()
+    engine = Qwen3Engine(checkpoint, max_seq=24, batch=2)
+    before = compile_totals()
+    engine.prepare([len(PROMPT), 3])
+    prepared = compile_totals() - before
+    assert prepared.compiled > 8 and prepared.seconds.get("build", 0) > 0
+    before = compile_totals()
+    made = engine.generate([PROMPT, PROMPT[:3]], 4)
+    assert (compile_totals() - before).compiled == 0
+    assert len(made) == 2 and len(made[0]) == 4
+    with pytest.raises(ArgumentError, match="1 prompt length\\(s\\) for an engine of batch 2"):
+        engine.prepare([5])
+    with pytest.raises(ArgumentError, match="a prompt of 25 tokens does not fit max_seq 24"):
+        engine.prepare([25, 1])
 
 
 def test_every_kernel_on_the_engines_path_is_safe(checkpoint):

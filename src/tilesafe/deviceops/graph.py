@@ -161,6 +161,17 @@ class CudaGraph:
         op._consume("recorded into a graph")
         self.nodes.extend(nodes)
 
+    def compile(self) -> None:
+        """Compile (or load from the disk cache) every recorded kernel launch now: recording
+        runs and compiles nothing, so otherwise the first replay compiles them. Runs nothing."""
+        if not self._ready:
+            raise DeviceOpError(f"{caller_location()}: the graph is not complete; compile it "
+                                "after its 'with' block")
+        for node in self.nodes:
+            build = getattr(node, "compile", None)
+            if build is not None:
+                build()
+
     def launch(self, stream: Optional[Stream] = None) -> DeviceOp[None]:
         """A DeviceOp that replays the whole graph once. ``.sync()`` and ``await`` run it on
         ``stream``, else on the stream the graph was recorded with, else on the device's pool;

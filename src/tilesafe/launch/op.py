@@ -65,6 +65,11 @@ class KernelNode:
         self._captured = self.kernel._bound(self._validated)
         self._captured.launch(_CaptureStream(int(builder.stream.handle)))
 
+    def compile(self) -> None:
+        """Compile (or load from the disk cache) the kernel for this launch now, so the first
+        replay only binds it."""
+        self.kernel._executable_for(self._validated)
+
     def fault_records(self) -> list:
         """What each replay of the captured launch lends besides its arguments and reads back
         at the replay's synchronize: the fault record the captured launch writes, if its kernel

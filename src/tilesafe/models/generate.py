@@ -1,11 +1,12 @@
 """``tilesafe generate``: load a Qwen3 checkpoint (or write one of random weights for a named
 size) into the engine, run a prompt and generate greedy tokens, with progress bars, and report
-the time to first token, tokens per second and, on a GPU, the share of the memory roofline
-(weight bytes plus the mean key/value bytes read per token, over the device-to-device copy rate
-measured in the same run).
+the start-up apart from the weights and what compiling took in it (every graph is recorded
+before the prompt runs), the time to first token, tokens per second and, on a GPU, the share of
+the memory roofline (weight bytes plus the mean key/value bytes read per token, over the
+device-to-device copy rate measured in the same run).
 
-Imports the host API, the driver's streams and events, graphs, the kernel decorator and the
-device language (the copy kernel of the roofline's copy rate), and the model modules; the
+Imports the host API, the driver's streams and events, graphs, the kernel decorator, the
+compile pipeline's meter and the device language (the copy kernel of the roofline's copy rate), and the model modules; the
 ``--check`` path imports torch and transformers."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import ArgumentError, TilesafeError
 from ..host.factory import empty
 from ..host.tensor import borrow_mut
 from ..kernel import kernel
+from ..pipeline import CompileTotals, compile_totals
 from .checkpoint import write_random
 from .qwen3.config import NAMED_CONFIGS, Qwen3Config
 from .qwen3.engine import MAX_BATCH, Qwen3Engine, Sampling
@@ -110,14 +112,17 @@ def _run(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         prompts = [rng.integers(0, config.vocab_size, args.prompt_tokens).tolist()
                    for _ in range(args.batch)]
-    started = time.perf_counter()
+    started, before = time.perf_counter(), compile_totals()
     engine = Qwen3Engine(directory, device=args.device, dtype=args.dtype,
                          max_seq=args.prompt_tokens + args.tokens, batch=args.batch,
                          progress=progress, tensor_parallel=args.tp)
-    loaded = time.perf_counter() - started
-    started = time.perf_counter()
+    engine.prepare([len(p) for p in prompts], sampling)  # (the first launches' compilation)
+    start_up = time.perf_counter() - started - engine.weights_seconds
+    compiled = compile_totals() - before
+    started, before = time.perf_counter(), compile_totals()
     tokens = [[t] for t in engine.begin(prompts, sampling)]
     first = time.perf_counter() - started
+    first_compiled = compile_totals() - before
     bar = _bar(args.tokens - 1, "generating", progress)
     started = time.perf_counter()
     with bar:
@@ -133,11 +138,15 @@ def _run(args: argparse.Namespace) -> int:
     split = f", split over {args.tp} ranks" if args.tp > 1 else ""
     print(f"model      {directory} ({config.parameter_count() / 1e9:.2f}B parameters, "
           f"{args.dtype}, device {engine.device_name}{split})")
-    print(f"loading    {loaded:.2f} s (weights and first use)")
+    print(f"loading    {engine.weights_seconds:.2f} s (weights)")
+    print(f"start-up   {start_up:.2f} s weights aside (the prefill and decode graphs recorded)")
+    print(f"compile    {describe_compiled(compiled)}")
     how = "greedy" if sampling.greedy else (f"sampled: temperature {sampling.temperature}, "
                                             f"top-k {sampling.top_k}, top-p {sampling.top_p}")
+    during = (f" (of which compiling: {describe_compiled(first_compiled)})"
+              if first_compiled.compiled else "")
     print(f"prompt     {args.prompt_tokens} tokens x {args.batch} sequence(s), time to first "
-          f"token {first * 1e3:.1f} ms")
+          f"token {first * 1e3:.1f} ms{during}")
     print(f"decode     {args.tokens - 1} tokens per sequence in {decode_seconds:.2f} s: "
           f"{rate:.1f} tokens/s per sequence, {rate * args.batch:.1f} in all ({how})")
     print(f"roofline   {_roofline(engine, config, args, rate)}")
@@ -151,6 +160,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"check      greedy tokens {'match' if same else 'DIFFER from'} transformers'")
         return 0 if same else 1
     return 0
+
+
+def describe_compiled(totals: CompileTotals) -> str:
+    """One line of what a span of compiling cost: kernels, seconds, disk-cache use."""
+    if not totals.compiled:
+        return "nothing compiled"
+    slowest = max(totals.seconds, key=totals.seconds.get)
+    return (f"{totals.compiled} kernel(s) in {totals.total_seconds:.2f} s ({totals.fresh} "
+            f"built afresh, {totals.compiled - totals.fresh} from the disk cache; most in "
+            f"'{slowest}': {totals.seconds[slowest]:.2f} s)")
 
 
 def _join_ranks(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ Imports the host API, the kernel library and the model's config and checkpoint m
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -202,6 +203,7 @@ class Qwen3Engine:
         checkpoint = Checkpoint(directory)
         checkpoint.check(weight_shapes(config))
         from tqdm import tqdm
+        started = time.perf_counter()
         self.weights = {}
         for name, sources in tqdm(_load_plan(config), desc="loading", unit="weight",
                                   disable=not progress, dynamic_ncols=True):
@@ -211,6 +213,8 @@ class Qwen3Engine:
                                               else np.concatenate(arrays, axis=0))
         if config.tie_word_embeddings:
             self.weights["lm_head.weight"] = self.weights["model.embed_tokens.weight"]
+        #: seconds spent reading the checkpoint and moving its weights to the device
+        self.weights_seconds = time.perf_counter() - started
         #: whether the norms of FOLDED_NORMS are folded into their projections
         self.folded_norms = bool(fold_norms)
         if self.folded_norms:
@@ -306,6 +310,25 @@ class Qwen3Engine:
             graph = _Prefill(self, bucket, sequence)
         self._prefills[key] = graph
         return graph
+
+    def prepare(self, prompt_tokens: Sequence[int], sampling: Sampling = GREEDY) -> None:
+        """Record now what prompts of these lengths (one per sequence) and decoding with
+        ``sampling`` will replay: each sequence's prefill graph for its prompt's bucket and the
+        decode step, and compile (or load from the disk cache) every kernel they launch. This
+        runs nothing and changes no sequence; the first prompt's time and the decode's tokens
+        per second then hold no compilation. (A sampled first token is drawn
+        by ``sample`` outside the graphs: its kernels compile on first use.)"""
+        if len(prompt_tokens) != self.batch:
+            raise ArgumentError(f"Qwen3Engine.prepare: {len(prompt_tokens)} prompt length(s) "
+                                f"for an engine of batch {self.batch}",
+                                hint="pass one length per sequence")
+        for sequence, tokens in enumerate(prompt_tokens):
+            if not 1 <= int(tokens) <= self.max_seq:
+                raise ArgumentError(f"Qwen3Engine.prepare: a prompt of {tokens} tokens does "
+                                    f"not fit max_seq {self.max_seq}")
+            if self.record_prefill:
+                _compile(self._prefill_graph(int(tokens), sequence).parts)
+        _compile(self._decode_step(sampling).parts)
 
     def decode(self, tokens: "int | Sequence[int]") -> np.ndarray:
         """Append one token to every sequence (``tokens``: an int at batch 1, else one per
@@ -802,6 +825,13 @@ def _in_turn(parts: list) -> DeviceOp:
     for part in rest:
         op = op.then(lambda _result, part=part: _started(part))
     return op
+
+
+def _compile(parts: list) -> None:
+    """Compile every kernel of the recorded graphs among ``parts`` (``_Recorder.close``)."""
+    for part in parts:
+        if isinstance(part, CudaGraph):
+            part.compile()
 
 
 def _started(part: Any) -> DeviceOp:
