@@ -114,3 +114,177 @@ def test_out_of_range_lanes_touch_no_memory_and_are_reported():
     for i in at[(at >= 0) & (at < 8)]:
         want[8 + i] += 1
     assert np.array_equal(got, want)  # nothing outside base[8:16] was touched
+
+
+
+# ---------------------------------------------------------------------------------------------
+# compare-and-swap and exchange through raw pointers (unsafe kernels), against the interpreter:
+# exactly where the result does not depend on the order the lanes are served in, else what
+# holds in any order (one winner per claimed slot; an exchange hands back what went in)
+
+LANES = 256
+
+
+def _on(device, values):
+    return ts.tensor(values, device=device).sync()
+
+
+@ts.kernel
+def claim_slots(won: tc.MutTensor[tc.i32, (1, LANES)], table: tc.Ptr[tc.i32],
+                keys: tc.Tensor[tc.i32, (-1, LANES)]):
+    i = tc.get_tile_block_id()[0]
+    won.store(tc.atomic_cas_ptr(table, keys.partition((1, LANES)).load(i, 0), 0, i + 1))
+
+
+def _claims(device, keys, slots):
+    table = ts.zeros(slots, dtype=ts.int32, device=device).sync()
+    won = ts.full(keys.shape, -7, ts.int32, device=device).sync().partition((1, LANES))
+    with ts.unsafe():
+        won, table, _ = claim_slots(won, table, _on(device, keys)).sync()
+    return table.numpy(), won.unpartition().numpy()
+
+
+def test_pointer_cas_claims_each_slot_exactly_once():
+    rng = np.random.default_rng(3)
+    for slots in (1, 97, 1 << 16):
+        keys = rng.integers(0, slots, (1024, LANES)).astype(np.int32)
+        programs = np.repeat(np.arange(len(keys), dtype=np.int32) + 1,
+                             LANES).reshape(keys.shape)
+        named = np.unique(keys)
+        for device in (GPU, "cpu"):
+            table, won = _claims(device, keys, slots)
+            winners = won == 0
+            assert winners.sum() == named.size, (device, slots)
+            assert np.array_equal(np.sort(keys[winners]), named), (device, slots)
+            assert np.array_equal(table[keys[winners]], programs[winners]), (device, slots)
+            assert np.array_equal(won[~winners], table[keys[~winners]]), (device, slots)
+            assert not np.delete(table, named).any(), (device, slots)
+
+
+@ts.kernel
+def exchange_at(old: tc.MutTensor[tc.i64, (1, LANES)], table: tc.Ptr[tc.i64],
+                at: tc.Tensor[tc.i32, (-1, LANES)], values: tc.Tensor[tc.i64, (-1, LANES)]):
+    i = tc.get_tile_block_id()[0]
+    old.store(tc.atomic_exchange_ptr(table, at.partition((1, LANES)).load(i, 0),
+                                     values.partition((1, LANES)).load(i, 0)))
+
+
+def _exchange(device, start, at, values):
+    table = _on(device, start)
+    old = ts.full(at.shape, -7, ts.int64, device=device).sync().partition((1, LANES))
+    with ts.unsafe():
+        old, table, _, _ = exchange_at(old, table, _on(device, at), _on(device, values)).sync()
+    return table.numpy(), old.unpartition().numpy()
+
+
+def test_pointer_exchange_hands_back_what_went_in():
+    rng = np.random.default_rng(4)
+    programs = 512
+    values = np.arange(programs * LANES, dtype=np.int64).reshape(programs, LANES) + 10**12
+    # every slot named once: the result does not depend on the order, so it is the
+    # interpreter's
+    slots = programs * LANES
+    start = rng.integers(-10**15, 10**15, slots).astype(np.int64)
+    at = rng.permutation(slots).astype(np.int32).reshape(programs, LANES)
+    (table, old), (want_table, want_old) = (_exchange(GPU, start, at, values),
+                                            _exchange("cpu", start, at, values))
+    assert np.array_equal(table, want_table) and np.array_equal(old, want_old)
+    assert np.array_equal(old, start[at]) and np.array_equal(table[at], values)
+    # under contention: per slot, the values at the end and handed back are the one at the
+    # start and those that went in
+    for slots in (1, 61):
+        start = np.arange(slots, dtype=np.int64) - 10**9
+        at = rng.integers(0, slots, (programs, LANES)).astype(np.int32)
+        for device in (GPU, "cpu"):
+            table, old = _exchange(device, start, at, values)
+            for slot in range(slots):
+                hit = at == slot
+                went_in = np.sort(np.concatenate([[start[slot]], values[hit]]))
+                came_out = np.sort(np.concatenate([[table[slot]], old[hit]]))
+                assert np.array_equal(went_in, came_out), (device, slots, slot)
+
+
+@ts.kernel
+def masked_ptr_atomics(old_cas: tc.MutTensor[tc.f32, (LANES,)],
+                       old_xchg: tc.MutTensor[tc.f32, (LANES,)], p: tc.Ptr[tc.f32],
+                       q: tc.Ptr[tc.f32], compare: tc.Tensor[tc.f32, (-1,)], n: int):
+    off = tc.arange(LANES) * 3 - 7  # distinct offsets, some outside [0, n) (masked off)
+    live = (off >= 0) & (off < n)
+    want = tc.load_tile_like(compare, old_cas)
+    old_cas.store(tc.atomic_cas_ptr(p, off, want, want + 0.5, live, padding=-1.0))
+    old_xchg.store(tc.atomic_exchange_ptr(q, off, off.astype(tc.f32), live))
+
+
+def test_masked_pointer_atomics_match_the_interpreter():
+    rng = np.random.default_rng(5)
+    n = 600
+    start = rng.integers(0, 3, n).astype(np.float32)
+    compare = rng.integers(0, 3, LANES).astype(np.float32)
+    results = []
+    for device in (GPU, "cpu"):
+        p, q = _on(device, start), _on(device, start)
+        a = ts.zeros(LANES, device=device).sync().partition(LANES)
+        b = ts.zeros(LANES, device=device).sync().partition(LANES)
+        with ts.unsafe():
+            a, b, p, q, _ = masked_ptr_atomics(a, b, p, q, _on(device, compare), n).sync()
+        results.append([a.unpartition().numpy(), b.unpartition().numpy(), p.numpy(),
+                        q.numpy()])
+    for got, want in zip(*results):
+        assert np.array_equal(got, want)
+
+
+@ts.kernel
+def cas_bits_f32(old: tc.MutTensor[tc.f32, (4,)], p: tc.Ptr[tc.f32],
+                 compare: tc.Tensor[tc.f32, (-1,)]):
+    old.store(tc.atomic_cas_ptr(p, tc.arange(4), tc.load_tile_like(compare, old), 5.0))
+
+
+@ts.kernel
+def cas_bits_f64(old: tc.MutTensor[tc.f64, (4,)], p: tc.Ptr[tc.f64],
+                 compare: tc.Tensor[tc.f64, (-1,)]):
+    old.store(tc.atomic_cas_ptr(p, tc.arange(4), tc.load_tile_like(compare, old), 5.0))
+
+
+CAS_BITS = {ts.float32: cas_bits_f32, ts.float64: cas_bits_f64}
+
+
+@pytest.mark.parametrize("dtype", list(CAS_BITS), ids=lambda d: d.short)
+def test_float_pointer_cas_compares_bit_patterns_as_the_interpreter(dtype):
+    start = np.array([0.0, -0.0, np.nan, 1.0], dtype.storage)
+    compare = np.array([0.0, 0.0, np.nan, 1.0], dtype.storage)
+    results = []
+    for device in (GPU, "cpu"):
+        p = _on(device, start)
+        old = ts.zeros(4, dtype=dtype, device=device).sync().partition(4)
+        with ts.unsafe():
+            old, p, _ = CAS_BITS[dtype](old, p, _on(device, compare)).sync()
+        bits = f"u{np.dtype(dtype.storage).itemsize}"
+        results.append((old.unpartition().numpy().view(bits), p.numpy().view(bits)))
+    (old, table), (want_old, want_table) = results
+    assert np.array_equal(old, want_old), (old, want_old)
+    assert np.array_equal(table, want_table), (table, want_table)
+
+
+@ts.kernel
+def cas_counter(tries: tc.MutTensor[tc.i32, (1,)], p: tc.Ptr[tc.i32], ROUNDS: tc.Const[int]):
+    """A counter bumped by compare-and-swap retries (lock-free: some program always wins)."""
+    count = tc.zeros((1,), tc.i32)
+    for _ in range(ROUNDS):
+        seen = tc.load_ptr(p, tc.zeros((1,), tc.i32))
+        done = tc.zeros((1,), tc.bool_)
+        while tc.reduce_sum(done.astype(tc.i32), 0) == 0:
+            old = tc.atomic_cas_ptr(p, 0, seen, seen + 1)
+            done = old == seen
+            seen = old
+            count = count + 1
+    tries.store(count)
+
+
+def test_a_pointer_cas_loop_loses_no_increment():
+    programs, rounds = 2048, 8
+    p = ts.zeros(1, dtype=ts.int32, device=GPU).sync()
+    tries = ts.zeros(programs, dtype=ts.int32, device=GPU).sync().partition(1)
+    with ts.unsafe():
+        tries, p = cas_counter(tries, p, rounds).sync()
+    assert p.numpy()[0] == programs * rounds
+    assert (tries.unpartition().numpy() >= rounds).all()

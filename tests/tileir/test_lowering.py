@@ -344,6 +344,15 @@ def raw_pointers(z: tc.MutTensor[tc.f32, (64,)], p: tc.Ptr[tc.f32], q: tc.Ptr[tc
 
 
 @ts.kernel
+def pointer_atomics(z: tc.MutTensor[tc.i64, (64,)], p: tc.Ptr[tc.i64], q: tc.Ptr[tc.f32],
+                    n: int):
+    off = tc.arange(64)
+    old = tc.atomic_cas_ptr(p, off, 0, off.astype(tc.i64), off < n, padding=-1)
+    swapped = tc.atomic_exchange_ptr(q, off.astype(tc.u32), 1.5)
+    z.store(old + swapped.astype(tc.i64))
+
+
+@ts.kernel
 def early_exits(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], n: int, step: int,
                 m: tc.u8):
     t = tc.load_tile_like(x, z)
@@ -457,6 +466,8 @@ def _ir_all():
         "small_loops": small_loops.ir(vec(64, ts.int16).partition(16), 7, 9, 0.5),
         "raw_pointers": raw_pointers.ir(vec(n).partition(64), vec(n), vec(n), vec(n, ts.bool_),
                                         vec(n, ts.int32), 10),
+        "pointer_atomics": pointer_atomics.ir(vec(64, ts.int64).partition(64), vec(n, ts.int64),
+                                              vec(n), 10),
         "early_exits": early_exits.ir(vec(n).partition(128), vec(n), 10, 3, 5),
         "gathers": gathers.ir(ts.zeros((8, 8)).sync().partition((4, 8)),
                               ts.zeros((20, 8)).sync(), vec(20, ts.bool_),
@@ -583,6 +594,8 @@ def test_every_kernel_assembles_for_sm_90(tool, disasm_tool, tmp_path):
         "small_loops": ["for unsigned", "exti", "trunci", "tile<i16>"],
         "raw_pointers": ["load_ptr_tko", "store_ptr_tko", "offset", "tile<64xptr<f32>>",
                          "tile<64xptr<i8>>"],
+        "pointer_atomics": ["atomic_cas_tko acq_rel device", "atomic_rmw_tko acq_rel device",
+                            "xchg", "tile<64xptr<i64>>", "tile<64xptr<f32>>", "select"],
         "early_exits": ["loop iter_values", "break", "continue", "for unsigned", "select",
                         "cmpi greater_than", "store_view_tko"],
         "debug_random": ["mulhii", "print_tko", "assert", "below one", "%lld"],

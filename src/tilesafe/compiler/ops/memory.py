@@ -1,5 +1,5 @@
 """Memory ops: tile-block ids, loads from shared tensors and partitions, the owned sub-tensor's
-load/store, and the unsafe raw-pointer accesses.
+load/store, and the unsafe raw-pointer accesses (loads, stores, compare-and-swap, exchange).
 
 The device-side safety rules live in the shape of these ops:
 
@@ -595,3 +595,212 @@ def _build_store_ptr(b, ptr, offsets, value, mask=None):
 
 builtin("load_ptr", _build_load_ptr.__doc__, _build_load_ptr)
 builtin("store_ptr", _build_store_ptr.__doc__, _build_store_ptr)
+
+
+# ---------------------------------------------------------------------------------------------
+# raw-pointer atomics (unsafe): compare-and-swap and exchange
+#
+# Unlike an atomic tensor's read-modify-writes (``ops/atomic.py``), these return what each lane
+# found in memory, so a program can act on the outcome (claim a slot, swap a value out): that
+# makes the result depend on the order in which lanes and programs are served, which is why
+# they stay behind ``tc.Ptr`` (safety rule 12). The interpreter fixes one order: the lanes of
+# one op in row-major order, each seeing the effect of the lanes before it (two lanes at one
+# offset included), and the programs one after another in grid order (axis 0 fastest, as
+# ``backends/interp`` runs them). A GPU serves the lanes of different programs in any
+# interleaving, and the lanes of one op in some order too: code must not depend on the order
+# it sees.
+
+#: The element types of ``atomic_cas_ptr`` / ``atomic_exchange_ptr`` (what tileiras 13.4
+#: accepts for sm_90: 32- and 64-bit elements).
+PTR_ATOMIC_DTYPES = (dt.int32, dt.uint32, dt.int64, dt.uint64, dt.float32, dt.float64)
+
+
+def _ptr_atomic_dtype_problem(name: str, dtype: DType) -> Optional[tuple[str, str]]:
+    """Why ``name`` cannot work on ``dtype`` elements (message, fix), or None."""
+    if dtype in PTR_ATOMIC_DTYPES:
+        return None
+    return (f"{name} on {dtype.short} elements is not supported: the GPU's compare-and-swap and "
+            "exchange work on 32- and 64-bit elements only (i32, u32, i64, u64, f32, f64)",
+            "point at a 32- or 64-bit buffer (e.g. tc.Ptr[tc.i32]) and convert on the host")
+
+
+def _ptr_atomic_rule(name: str, count: int):
+    """The type rule of a raw-pointer atomic with ``count`` value operands after the offsets
+    (compare and value, or value), then an optional mask; every operand has one shape."""
+    def infer(types, attrs):
+        ptr, offsets, rest = _ptr_operands(types, name)
+        problem = _ptr_atomic_dtype_problem(name, ptr.dtype)
+        if problem:
+            raise DTypeError(problem[0], hint=problem[1])
+        values, mask = rest[:count], rest[count:]
+        if len(values) != count or len(mask) > 1:
+            raise CompileError(f"{name}: expected {count} value operand(s) and an optional mask")
+        for v in values:
+            if v != TileType(ptr.dtype, offsets.shape):
+                raise DTypeError(f"{name}: operand {v} must be a {ptr.dtype.short} tile of "
+                                 f"shape {offsets.shape}")
+        if mask and mask[0] != TileType(dt.bool_, offsets.shape):
+            raise ShapeError(f"{name}: mask {mask[0]} must be a bool tile of shape "
+                             f"{offsets.shape}")
+        return (TileType(ptr.dtype, offsets.shape),)
+    return infer
+
+
+def _serve_in_order(targets: np.ndarray) -> list[np.ndarray]:
+    """Positions into ``targets`` (element offsets, one per live lane in row-major order)
+    grouped in rounds: round ``r`` holds, for every offset, the ``r``-th lane that names it.
+    Serving the rounds in turn serves every offset's lanes in row-major order, and the lanes of
+    one round touch distinct elements, so each round is one vectorized step."""
+    if targets.size == 0:
+        return []
+    by_target = np.argsort(targets, kind="stable")  # (stable: row-major order within one offset)
+    ordered = targets[by_target]
+    new_group = np.ones(ordered.size, dtype=bool)
+    new_group[1:] = ordered[1:] != ordered[:-1]
+    group_start = np.flatnonzero(new_group)[np.cumsum(new_group) - 1]
+    turn = np.empty(targets.size, dtype=np.int64)
+    turn[by_target] = np.arange(targets.size) - group_start
+    return [np.flatnonzero(turn == r) for r in range(int(turn.max()) + 1)]
+
+
+def _bits(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """The bit patterns of ``values`` (storage of ``dtype``), as unsigned integers."""
+    stored = np.ascontiguousarray(dtype.to_storage(values))
+    return stored.view(f"u{stored.dtype.itemsize}")
+
+
+def _ptr_atomic_eval(ctx, attrs, ptr: PointerBinding, offsets, compare, value, mask):
+    """Compare-and-swap (``compare`` given) or exchange (``compare`` None), lane by lane in
+    row-major order; returns the old values (``padding`` where the mask is off)."""
+    idx, live = _ptr_indices(ctx, ptr, offsets, mask)
+    dtype = ptr.dtype
+    old = np.full(idx.shape, attrs["padding"], dtype=dtype.compute)
+    lanes = np.flatnonzero(live)  # (row-major: the order the lanes are served in)
+    targets = idx.reshape(-1)[lanes]
+    new = dtype.to_storage(np.broadcast_to(value, idx.shape).reshape(-1)[lanes])
+    expected = (None if compare is None
+                else _bits(np.broadcast_to(compare, idx.shape).reshape(-1)[lanes], dtype))
+    flat_old = old.reshape(-1)
+    for turn in _serve_in_order(targets):
+        at = targets[turn]
+        found = ptr.buffer[at]
+        flat_old[lanes[turn]] = dtype.to_compute(found)
+        if expected is None:
+            ptr.buffer[at] = new[turn]
+        else:  # (floats compare by bit pattern, as the hardware does: -0.0 is not 0.0)
+            hit = _bits(found, dtype) == expected[turn]
+            ptr.buffer[at[hit]] = new[turn][hit]
+    return old
+
+
+op("ptr_cas", "Atomic compare-and-swap through a raw pointer at element offsets, lane by lane "
+   "(optional mask); returns the values found.",
+   _ptr_atomic_rule("atomic_cas_ptr", 2),
+   lambda ctx, attrs, ptr, offsets, compare, value, mask=None:
+       _ptr_atomic_eval(ctx, attrs, ptr, offsets, compare, value, mask),
+   effect="write")
+op("ptr_exchange", "Atomic exchange through a raw pointer at element offsets, lane by lane "
+   "(optional mask); returns the values found.",
+   _ptr_atomic_rule("atomic_exchange_ptr", 1),
+   lambda ctx, attrs, ptr, offsets, value, mask=None:
+       _ptr_atomic_eval(ctx, attrs, ptr, offsets, None, value, mask),
+   effect="write")
+
+
+def _ptr_atomic_operand(b, x, dtype: DType, name: str, what: str) -> Value:
+    """``x`` (a tile or a Python number) as a ``dtype`` tile: no implicit conversion."""
+    if isinstance(x, Value) and isinstance(x.type, TileType) and not x.weak \
+            and x.type.dtype is not dtype:
+        raise b.error(DTypeError, f"{name}: {what} dtype {x.type.dtype.short} differs from the "
+                      f"pointer's {dtype.short}", f"convert first: {what}.astype(tc."
+                      f"{dtype.short})")
+    if is_py_scalar(x):
+        if isinstance(x, bool) or (isinstance(x, float) and not dtype.is_float) \
+                or not dtype.fits(x):
+            raise b.error(DTypeError, f"{name}: {what} {x!r} is not a {dtype.short} value",
+                          f"pass a {'float' if dtype.is_float else 'integer'} that "
+                          f"{dtype.short} can hold")
+        return b.constant(x, dtype)
+    (v,) = b.coerce([x], name, dtype=dtype)
+    return v
+
+
+def _emit_ptr_atomic(b, name: str, op_name: str, ptr, offsets, values, mask, padding):
+    ptr = _ptr_arg(b, ptr, name)
+    dtype: DType = ptr.type.dtype
+    problem = _ptr_atomic_dtype_problem(name, dtype)
+    if problem:
+        raise b.error(DTypeError, *problem)
+    off = b.tile(offsets, f"{name} offsets")
+    if not off.type.dtype.is_int:
+        raise b.error(DTypeError, f"{name}: offsets must be an integer tile, got {off.type}",
+                      "convert them: offsets.astype(tc.i32)")
+    operands = [off, *(_ptr_atomic_operand(b, x, dtype, name, what) for what, x in values)]
+    if mask is not None:
+        m = b.tile(mask, f"{name} mask")
+        if not m.type.dtype.is_bool:
+            raise b.error(DTypeError, f"{name}: mask must be a bool tile, got {m.type}",
+                          "compare to make one, e.g. mask=offsets < n")
+        operands.append(m)
+    shape: tuple = ()
+    for x in operands:
+        new = broadcast_shapes(shape, x.type.shape)
+        if new is None:
+            shapes = ", ".join(str(x.type.shape) for x in operands)
+            raise b.error(ShapeError, f"{name}: the offsets, value and mask shapes ({shapes}) "
+                          "cannot be broadcast together", "numpy rules apply: align shapes "
+                          "from the right; each dimension must be equal or 1")
+        shape = new
+    if not isinstance(padding, (int, float)) or isinstance(padding, bool) \
+            or not dtype.fits(padding) or (isinstance(padding, float) and not dtype.is_float):
+        raise b.error(DTypeError, f"{name}: padding {padding!r} must be a compile-time "
+                      f"number that {dtype.short} can hold", "e.g. padding=0")
+    return b.emit1(op_name, (ptr, *(b.broadcast_to(x, shape) for x in operands)),
+                   {"padding": padding})
+
+
+def _build_atomic_cas_ptr(b, ptr, offsets, compare, value, mask=None, *, padding=0):
+    """atomic_cas_ptr(ptr, offsets, compare, value, mask=None, *, padding=0) -> old
+    (unsafe kernels only)
+
+    Atomic compare-and-swap at ``ptr[offsets]``, per lane: ``old = ptr[off]; if old ==
+    compare: ptr[off] = value``, as one atomic step; returns the tile of ``old`` values. The
+    offsets (an integer tile of element offsets), ``compare``, ``value`` and ``mask`` broadcast
+    together (numpy rules); ``compare`` and ``value`` have the pointer's dtype (a Python number
+    is converted; a tile of another dtype is a DTypeError). Float elements compare by bit
+    pattern, as the hardware does: ``-0.0`` does not match ``0.0`` and a NaN matches the same
+    NaN. Where ``mask`` is False the lane touches no memory and returns ``padding``.
+
+    Order: the interpreter serves the lanes in row-major order, each seeing the lanes before it
+    (two lanes at one offset: the second finds what the first left), and the tile programs one
+    after another in grid order (axis 0 fastest). A GPU interleaves the programs, and the lanes
+    of one op, in an unspecified order: the result must be read as "some order", e.g. exactly
+    one lane of all programs that CAS the same empty slot finds it empty. Memory order:
+    acquire-release at device scope, so a program that wins a slot and one that later observes
+    its value agree on what was written before. Element types: i32, u32, i64, u64, f32, f64
+    (Tile IR has no narrower atomics). The interpreter raises on a live lane's offset outside
+    the allocation (naming the offset; the op then touches nothing); a GPU checks nothing
+    (undefined behaviour), as for ``load_ptr``.
+    """
+    return _emit_ptr_atomic(b, "atomic_cas_ptr", "ptr_cas", ptr, offsets,
+                            (("compare", compare), ("value", value)), mask, padding)
+
+
+def _build_atomic_exchange_ptr(b, ptr, offsets, value, mask=None, *, padding=0):
+    """atomic_exchange_ptr(ptr, offsets, value, mask=None, *, padding=0) -> old
+    (unsafe kernels only)
+
+    Atomic exchange at ``ptr[offsets]``, per lane: ``old = ptr[off]; ptr[off] = value``, as one
+    atomic step; returns the tile of ``old`` values. The offsets (an integer tile of element
+    offsets), ``value`` and ``mask`` broadcast together (numpy rules); ``value`` has the
+    pointer's dtype (a Python number is converted). Where ``mask`` is False the lane touches no
+    memory and returns ``padding``. Order, memory order, element types and bounds as for
+    ``atomic_cas_ptr``: on the interpreter, lanes at one offset chain (each finds the value of
+    the lane before it, the element keeps the last lane's value).
+    """
+    return _emit_ptr_atomic(b, "atomic_exchange_ptr", "ptr_exchange", ptr, offsets,
+                            (("value", value),), mask, padding)
+
+
+builtin("atomic_cas_ptr", _build_atomic_cas_ptr.__doc__, _build_atomic_cas_ptr)
+builtin("atomic_exchange_ptr", _build_atomic_exchange_ptr.__doc__, _build_atomic_exchange_ptr)

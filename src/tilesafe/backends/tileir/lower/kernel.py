@@ -111,7 +111,8 @@ __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "
 #: the ops that write memory other than through a partition's own tile (``mut_store``): a
 #: kernel with an indexed partition and one of these runs its body only where the positions
 #: passed (``lower/positions.py``)
-_OTHER_WRITES = frozenset({"mapped_store", "atomic_rmw", "ptr_store"})
+_OTHER_WRITES = frozenset({"mapped_store", "atomic_rmw", "ptr_store", "ptr_cas",
+                           "ptr_exchange"})
 
 #: Canonical facts: ``((param, ((key, value), ...)), ...)``, sorted.
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]

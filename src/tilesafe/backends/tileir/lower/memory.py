@@ -9,8 +9,9 @@ read the partition's padding and stores past it are masked: that is what a bound
 (``inbounds`` false) view access does. Grid axis ``i`` indexes partition axis ``i``.
 
 Ordering: accesses through mutable views (``mut_load``/``mut_store``, ``mapped_load``/
-``mapped_store``, ``ptr_load``/``ptr_store``) take the current token of the chain and make the
-next one; shared loads (``load_like``, ``partition_load``) take no token.
+``mapped_store``, ``ptr_load``/``ptr_store``, ``ptr_cas``/``ptr_exchange``) take the current
+token of the chain and make the next one; shared loads (``load_like``, ``partition_load``) take
+no token.
 
 Bool tensors are bytes in memory (0/1): loads compare the byte with 0, stores write 0 or 1.
 
@@ -29,7 +30,8 @@ from ....compiler.ir import Value as IRValue
 from ....shapes import tile_grid
 from ....compiler.types import MappedPartitionType
 from ....dtypes import DType
-from ..bytecode import I1, I32, I64, RoundingMode, Signedness, TileType, Value
+from ..bytecode import (I1, I32, I64, AtomicMode, MemoryOrdering, MemoryScope, RoundingMode,
+                        Signedness, TileType, Value)
 from .arith import convert
 from .checks import all_of, as_i64, axis_words, in_range, negate, program_words, report_unless
 from .context import (LoweringContext, PartitionArg, TensorArg, lowers, memory_type,
@@ -339,3 +341,39 @@ def lower_ptr_store(lw: LoweringContext, op: Operation) -> None:
     lw.token = lw.fn.store_ptr_tko(pointers, value, mask=rest[0] if rest else None,
                                    token=lw.token)
 
+
+def _ptr_atomic_result(lw: LoweringContext, op: Operation, old: Value,
+                       mask: Optional[Value]) -> None:
+    """Set ``op``'s result: ``old``, and the op's ``padding`` where ``mask`` is off (what a
+    masked-off lane of an atomic returns is not defined; the interpreter returns padding)."""
+    if mask is not None:
+        old = lw.fn.select(mask, old, lw.like(op.attrs["padding"], op.operands[0].type.dtype,
+                                               mask))
+    lw.set_result(op, old)
+
+
+@lowers("ptr_cas")
+def lower_ptr_cas(lw: LoweringContext, op: Operation) -> None:
+    """One ``atomic_cas_tko`` over the lanes' pointers, acquire-release at device scope (a
+    claim made with it publishes what the program wrote before); masked-off lanes touch no
+    memory and read ``padding``."""
+    ptr, offsets, compare, value, *rest = lw.operands(op)
+    pointers = _pointers(lw, ptr, offsets, op.operands[1].type.dtype)
+    mask = rest[0] if rest else None
+    old, lw.token = lw.fn.atomic_cas_tko(pointers, compare, value,
+                                         ordering=MemoryOrdering.ACQ_REL,
+                                         scope=MemoryScope.DEVICE, mask=mask, token=lw.token)
+    _ptr_atomic_result(lw, op, old, mask)
+
+
+@lowers("ptr_exchange")
+def lower_ptr_exchange(lw: LoweringContext, op: Operation) -> None:
+    """One ``atomic_rmw_tko`` in mode ``xchg`` over the lanes' pointers, ordered as
+    ``ptr_cas``."""
+    ptr, offsets, value, *rest = lw.operands(op)
+    pointers = _pointers(lw, ptr, offsets, op.operands[1].type.dtype)
+    mask = rest[0] if rest else None
+    old, lw.token = lw.fn.atomic_rmw_tko(pointers, value, AtomicMode.XCHG,
+                                         ordering=MemoryOrdering.ACQ_REL,
+                                         scope=MemoryScope.DEVICE, mask=mask, token=lw.token)
+    _ptr_atomic_result(lw, op, old, mask)
