@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -23,7 +25,19 @@ def test_example_runs(path):
 
 
 def test_examples_exist():
-    assert {p.stem for p in EXAMPLES} >= {"vector_add", "gemm", "softmax", "persistent_gemm"}
+    assert {p.stem for p in EXAMPLES} >= {"vector_add", "gemm", "softmax", "persistent_gemm",
+                                          "histogram", "moe_dispatch"}
+
+
+def test_moe_dispatch_runs_as_a_script_and_says_ok():
+    """`python examples/moe_dispatch.py` checks itself against numpy and says so (its
+    functions are tested step by step in tests/test_moe_dispatch.py)."""
+    path = EXAMPLES[0].parent / "moe_dispatch.py"
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK: routing, counts, destinations, sorted buffer and combine match numpy" in \
+        done.stdout
 
 
 README = pathlib.Path(__file__).parent.parent / "README.md"
