@@ -285,3 +285,27 @@ def test_extents_beyond_the_32_bit_kernel_abi_are_refused_before_the_launch():
                                           writeable=False)
     with pytest.raises(ArgumentError, match="beyond the kernel ABI's 32-bit integers"):
         inc(ts.zeros(16, device="cpu").sync().partition(4), ts.from_dlpack(big))
+
+
+# -- numpy's array protocol -------------------------------------------------------------------
+
+def test_np_asarray_copies_the_values_and_never_views_the_memory():
+    """``np.asarray(t)`` gave an object array of 0-d tensors; it is now a copy of the values
+    (so writing the array cannot reach the tensor past its loans), read under the same check
+    as ``t.numpy()``; ``copy=False`` (a view) is refused with the fix."""
+    t = ts.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device="cpu").sync()
+    values = np.asarray(t)
+    assert values.dtype == np.float32 and values.shape == (2, 3)
+    assert np.array_equal(values, np.arange(6).reshape(2, 3))
+    values[0, 0] = 99.0
+    assert t.numpy()[0, 0] == 0.0
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match=r"test_memory_safety.py:\d+: a tilesafe tensor cannot "
+                                         r"be viewed as a numpy array without a copy"):
+        np.array(t, copy=False)
+    z = ts.zeros(16, device="cpu").sync()
+    pending = inc(ts.borrow_mut(z).partition(4), _ones())  # not run yet: z is lent
+    with pytest.raises(BorrowError, match="mutably borrowed by the pending launch of 'inc'"):
+        np.asarray(z)
+    pending.sync()
+    assert np.array_equal(np.asarray(z), np.full(16, 2.0))  # (inc: x + 1)

@@ -385,6 +385,17 @@ class Tensor:
         return copies.copy_into(self, source)
 
     # -- interop --------------------------------------------------------------------------
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        """``np.asarray(t)``, ``np.array(t)``: a copy of the values, as :meth:`numpy` gives
+        them (checked as any host read). A view is never given: a numpy array over the
+        tensor's memory would write it past every loan, so ``copy=False`` is refused."""
+        if copy is False:
+            raise ValueError(f"{caller_location()}: a tilesafe tensor cannot be viewed as a "
+                             "numpy array without a copy (numpy would write its memory "
+                             "unchecked)\n  fix: np.asarray(t) or t.numpy() (both copy)")
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None):
         return export.export_dlpack(self, stream=stream, max_version=max_version, copy=copy)
