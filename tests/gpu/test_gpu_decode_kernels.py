@@ -1,6 +1,8 @@
 """The decode step's fused launches on cuda:0, against the interpreter: ``rope`` with the
-per-head RMSNorm in the same launch (Qwen3's QK-norm), and ``kv_cache_update`` reusing the
-coordinates an earlier update left in its workspace (batch 1: the GPU refuses a batch)."""
+per-head RMSNorm in the same launch (Qwen3's QK-norm), ``kv_cache_update`` reusing the
+coordinates an earlier update left in its workspace (batch 1: the GPU refuses a batch), and
+``paged_decode_attention`` reading a paged cache through its block table (every key tile,
+against the interpreter, float64 and the contiguous cache; a block id outside the pool)."""
 
 from __future__ import annotations
 
@@ -137,3 +139,86 @@ def test_accumulating_products_on_the_gpu(rng, case):
     bound = 2.0 ** -7 * (np.abs(want) + np.abs(want - residual.astype(np.float64))) + 1e-2
     assert np.all(np.abs(got - want) <= bound)
     assert np.abs(got - residual.astype(np.float64)).max() > 0.1  # (something was added)
+
+
+def _paged_problem(rng, dtype, batch, q_heads, kv_heads, max_len, d, block_size, lengths):
+    """Queries, contiguous caches (NaN past each length) and their paged pools: the
+    contiguous blocks scattered through a random permutation, spare blocks NaN."""
+    npd = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    q = rng.standard_normal((batch, q_heads, d)).astype(npd)
+    k, v = (rng.standard_normal((batch, kv_heads, max_len, d)).astype(npd) for _ in range(2))
+    for b, n in enumerate(lengths):
+        k[b, :, n:] = np.nan
+        v[b, :, n:] = np.nan
+    per_seq = max_len // block_size
+    num_blocks = batch * per_seq + 5
+    table = rng.permutation(num_blocks)[:batch * per_seq].reshape(batch, per_seq)
+    pools = []
+    for x in (k, v):
+        pool = np.full((num_blocks, block_size, kv_heads, d), np.nan, dtype=npd)
+        pool[table] = x.reshape(batch, kv_heads, per_seq, block_size, d).transpose(0, 2, 3, 1, 4)
+        pools.append(pool)
+    return q, k, v, pools[0], pools[1], table.astype(np.int32)
+
+
+def _decode_reference(q, k, v, lengths):
+    q, k, v = (np.nan_to_num(np.asarray(x, dtype=np.float64)) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = np.einsum("bhd,bhkd->bhk", q, k) / np.sqrt(q.shape[-1])
+    keep = np.arange(k.shape[2])[None, None, :] < np.asarray(lengths)[:, None, None]
+    s = np.where(keep, s, -np.inf)
+    top = np.max(s, -1, keepdims=True)
+    p = np.where(keep, np.exp(s - np.where(np.isfinite(top), top, 0.0)), 0.0)
+    total = p.sum(-1, keepdims=True)
+    return np.einsum("bhk,bhkd->bhd", np.divide(p, total, out=np.zeros_like(p),
+                                                  where=total > 0), v)
+
+
+@pytest.mark.parametrize("dtype, d, q_heads, kv_heads, block_size", [
+    ("float16", 128, 32, 8, 16),     # key tiles spanning several blocks (vLLM's block size)
+    ("bfloat16", 128, 16, 2, 256),   # key tiles inside one block
+    ("float16", 64, 8, 8, 24),       # a block size that is not a power of two
+])
+def test_paged_decode_attention_on_the_gpu(rng, dtype, d, q_heads, kv_heads, block_size):
+    """Each key tile of the configs on cuda:0 against the interpreter's result (the same
+    arithmetic: a few float32 ulps apart), float64, and the contiguous ``decode_attention``
+    on the GPU."""
+    from tilesafe.kernels import decode_attention, paged_decode_attention
+    from tilesafe.kernels.paged_decode_attention import _launch_paged
+    lengths = [1536, 0, 1, 1000]
+    q, k, v, k_pool, v_pool, table = _paged_problem(rng, dtype, 4, q_heads, kv_heads, 1536, d,
+                                                    block_size, lengths)
+    want = _decode_reference(q, k, v, lengths)
+    tol = 2e-3 if dtype == "float16" else 1.6e-2
+
+    def inputs(device):
+        on = lambda a: ts.tensor(a, device=device).sync()  # noqa: E731
+        return [on(x) for x in (q, k_pool, v_pool, np.array(lengths, np.int32), table)]
+    oracle = paged_decode_attention(*inputs("cpu"), num_splits=4).sync().numpy()
+    gpu = inputs(GPU)
+    got = paged_decode_attention(*gpu, num_splits=4).sync().numpy().astype(np.float64)
+    assert np.abs(got - want).max() <= tol
+    assert np.abs(got - oracle.astype(np.float64)).max() <= tol / 4
+    contiguous = decode_attention(*(ts.tensor(x, device=GPU).sync() for x in (q, k, v)), gpu[3],
+                                  num_splits=4).sync().numpy().astype(np.float64)
+    assert np.abs(got - contiguous).max() <= tol / 4
+    q3 = gpu[0].reshape(4 * kv_heads, q_heads // kv_heads, d)
+    first_of_tile = {c["BN"]: c for c in reversed(_launch_paged.configs)}.values()
+    for config in first_of_tile:  # each key tile (its first hints), splits from the device
+        out = _launch_paged.fn(q3, *gpu[1:], None, tuple(q.shape), d ** -0.5 * 1.4426950408889634,
+                               kv_heads, None, config=config).sync().numpy().astype(np.float64)
+        assert np.abs(out - want).max() <= tol, config
+
+
+@pytest.mark.parametrize("bad", [-1, 10_000])
+def test_paged_decode_attention_block_id_outside_the_pool_on_the_gpu(rng, bad):
+    from tilesafe.kernels import paged_decode_attention
+    q, _, _, k_pool, v_pool, table = _paged_problem(rng, "float16", 2, 8, 2, 256, 128, 16,
+                                                    [256, 100])
+    table[1, 100 // 16] = bad
+    on = lambda a: ts.tensor(a, device=GPU).sync()  # noqa: E731
+    with pytest.raises(ts.IndexOutOfRangeError, match=rf"partition index \({bad}, 0, \d, 0\) "
+                       r"is outside the tile grid"):
+        paged_decode_attention(on(q), on(k_pool), on(v_pool), on(np.array([256, 100], np.int32)),
+                               on(table), num_splits=2).sync()

@@ -12,6 +12,10 @@ for a split with no keys). ``decode_attention_merge_kernel``: program ``(b*kv_he
 combines every split of a block of output columns at once, one load of the splits' tiles (a
 split with no keys weighs zero; a sequence of length 0 gives zeros).
 
+A paged cache (``(num_blocks, block_size, kv_heads, d)`` blocks found through a block table) is
+read by ``paged_decode_attention`` (:mod:`.paged_decode_attention`): its own partial kernel,
+this module's merge kernel and split heuristics; nothing here changes for it.
+
 May import the host layer, ``kernel``, ``autotune``, ``core`` and ``kernels._*``."""
 
 from __future__ import annotations
