@@ -19,7 +19,8 @@ import tilesafe.core as tc
 from conftest import marker_line
 from tilesafe.backends.tileir.faults import FaultRecord
 from tilesafe.backends.tileir.lower import abi_signature
-from tilesafe.backends.tileir.lower.checks import (FAULT_WORDS, WORD_AXES, WORD_BOUND,
+from tilesafe.backends.tileir.lower.checks import (FAULT_WORDS, REPORTED_AXES, WORD_AXES,
+                                                   WORD_BOUND,
                                                    WORD_INDEX, WORD_PROGRAM, WORD_SITE)
 from tilesafe.compiler.bounds import checked_accesses
 from tilesafe.errors import DTypeError, IndexOutOfRangeError, SafetyError, ShapeError
@@ -134,6 +135,13 @@ def test_a_negative_gather_index_is_outside_too(rng):
 @ts.kernel
 def pick_tile(z: tc.MutTensor[tc.f32, (4,)], x: tc.Tensor[tc.f32, (-1,)], at: int):
     z.store(x.partition((4,)).load(at))  # <- pick
+
+
+@ts.kernel
+def pick_block(z: tc.MutTensor[tc.f32, (2, 4)], x: tc.Tensor[tc.f32, (-1, -1, -1, -1)],
+               b: int):
+    """A tile of a 4-D tensor (a paged cache's block) at a run-time block index."""
+    z.store(x.partition((1, 2, 1, 4)).load((b, 0, 0, 0)).reshape((2, 4)))  # <- block
 
 
 @ts.kernel
@@ -393,6 +401,36 @@ def test_a_fault_record_names_a_partition_index_like_the_interpreter():
     words[WORD_AXES] = 1
     assert (f"{FILE}:{here('pick')}: in kernel 'pick_tile', tile program (0, 0, 0): partition "
             "index (3,) is outside the tile grid (3,)") in str(record.take())
+
+
+def test_the_fault_record_has_distinct_words_for_the_axes_of_a_4d_access():
+    """Every named axis has its own index and bound word, apart from the mask, inside the
+    record: with three axes a 4-D access's fourth index overwrote its first bound (a GPU
+    error named a 37-block grid as (0, 1, 2, 1))."""
+    assert REPORTED_AXES >= 4
+    words = [WORD_SITE, *range(WORD_PROGRAM, WORD_PROGRAM + 3),
+             *(WORD_INDEX + a for a in range(REPORTED_AXES)),
+             *(WORD_BOUND + a for a in range(REPORTED_AXES)), WORD_AXES]
+    assert len(set(words)) == len(words) and max(words) < FAULT_WORDS
+
+
+def test_a_fault_record_names_a_4d_partition_index_like_the_interpreter():
+    """The same words as the launch's own error on the default device (on a GPU that error
+    is read from the record the kernel wrote)."""
+    x = on(np.zeros((37, 2, 8, 4), np.float32))
+    z = ts.zeros((2, 4), ts.float32).partition((2, 4))
+    expected = "partition index (40, 0, 0, 0) is outside the tile grid (37, 1, 8, 1)"
+    with pytest.raises(IndexOutOfRangeError) as launched:
+        pick_block(z, x, 40).sync()
+    assert expected in str(launched.value)
+    record = _record(pick_block, ts.zeros((2, 4), ts.float32).partition((2, 4)), x, 40)
+    words = record._memory.words
+    words[WORD_SITE] = 1
+    words[WORD_INDEX:WORD_INDEX + 4] = (40, 0, 0, 0)
+    words[WORD_BOUND:WORD_BOUND + 4] = (37, 1, 8, 1)
+    words[WORD_AXES] = 1
+    assert (f"{FILE}:{here('block')}: in kernel 'pick_block', tile program (0, 0, 0): "
+            f"{expected}") in str(record.take())
 
 
 # =============================================================================================

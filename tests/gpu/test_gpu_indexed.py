@@ -103,6 +103,27 @@ def test_a_partition_index_outside_the_grid_raises_on_the_gpu_as_on_the_interpre
         assert z.unpartition().numpy().tolist() == want_values
 
 
+@ts.kernel
+def pick_block(z: tc.MutTensor[tc.f32, (2, 4)], x: tc.Tensor[tc.f32, (-1, -1, -1, -1)],
+               b: int):
+    z.store(x.partition((1, 2, 1, 4)).load((b, 0, 0, 0)).reshape((2, 4)))  # <- block
+
+
+def test_a_4d_partition_index_outside_the_grid_names_the_whole_grid_on_the_gpu():
+    """A 4-D tile grid (a paged cache's blocks): the record names every axis's index and bound
+    (its fourth index used to overwrite the first bound)."""
+    x = np.zeros((37, 2, 8, 4), np.float32)
+    messages = []
+    for device in ("cpu", GPU):
+        xt = ts.tensor(x, device=device).sync()
+        with pytest.raises(IndexOutOfRangeError) as info:
+            pick_block(_poisoned((2, 4), device).partition((2, 4)), xt, 40).sync()
+        messages.append(str(info.value))
+    want = (f"{FILE}:{here('block')}: in kernel 'pick_block', tile program (0, 0, 0): "
+            "partition index (40, 0, 0, 0) is outside the tile grid (37, 1, 8, 1)")
+    assert all(m.startswith(want) for m in messages), messages
+
+
 def test_an_unchecked_kernel_reads_padding_without_a_word():
     @ts.kernel(unchecked_accesses=True)
     def pick_unchecked(z: tc.MutTensor[tc.f32, (8,)], x: tc.Tensor[tc.f32, (-1,)], at: int):

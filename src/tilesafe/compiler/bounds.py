@@ -287,11 +287,15 @@ def out_of_range_message(op_name: str, index: Sequence[Optional[int]],
     """The words both devices use for an index of a checked access (op ``op_name`` with
     ``attrs``) that failed its check: for a partition, the tile coordinates and the tile grid;
     for a gather or an atomic update, per axis the largest offending element index and the
-    extent (None for an axis whose indices were all in range)."""
+    extent (None for an axis whose indices were all in range). A GPU's record names the first
+    few axes only: a bound it left out is None and shows as ``?``."""
+    def shown(values: Sequence[Optional[int]]) -> str:
+        items = ["?" if v is None else str(int(v)) for v in values]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     if op_name == "partition_load":
-        return (f"partition index {tuple(int(i) for i in index)} is outside the tile grid "
-                f"{tuple(int(b) for b in bounds)}")
-    parts = "; ".join(f"{int(i)} along axis {axis} is outside [0, {int(b)})"
+        return f"partition index {shown(index)} is outside the tile grid {shown(bounds)}"
+    parts = "; ".join(f"{int(i)} along axis {axis} is outside "
+                      f"[0, {'?' if b is None else int(b)})"
                       for axis, (i, b) in enumerate(zip(index, bounds)) if i is not None)
     if op_name == "atomic_rmw":
         attrs = attrs or {}

@@ -30,7 +30,8 @@ from ...compiler.ir import KernelIR
 from ...driver import cuda
 from ..._callsite import caller_location
 from ...errors import CudaError, IndexOutOfRangeError, PositionsError, TilesafeError
-from .lower.checks import FAULT_WORDS, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, WORD_SITE
+from .lower.checks import (FAULT_WORDS, REPORTED_AXES, WORD_AXES, WORD_BOUND, WORD_INDEX,
+                           WORD_PROGRAM, WORD_SITE)
 
 __all__ = ["FaultRecord", "FaultRecords", "fault_records_for"]
 
@@ -84,8 +85,10 @@ class FaultRecord:
                                   "synchronized)", hint="give each program a distinct tile "
                                   "inside the partition's tile grid")
         rank = access_rank(op)
-        index = record[WORD_INDEX:WORD_INDEX + rank]
-        bounds = record[WORD_BOUND:WORD_BOUND + rank]
+        named = min(rank, REPORTED_AXES)  # (the axes past these are not in the record)
+        unnamed = [None] * (rank - named)
+        index = record[WORD_INDEX:WORD_INDEX + named] + unnamed
+        bounds = record[WORD_BOUND:WORD_BOUND + named] + unnamed
         if op.name != "partition_load":
             bad = record[WORD_AXES]
             index = [i if bad >> axis & 1 else None for axis, i in enumerate(index)]

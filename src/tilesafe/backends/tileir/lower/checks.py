@@ -13,13 +13,14 @@ word   meaning
 ====== ========================================================================
 0      site (0: no fault)
 1-3    the tile program's block ids (x, y, z)
-4-6    the index per axis (for a gather: an offending element index per axis)
-7-9    the bound per axis (tile count, or the tensor's extent)
-10     a bit per axis whose index was out of range
+4-8    the index per axis (for a gather: an offending element index per axis)
+9-13   the bound per axis (tile count, or the tensor's extent)
+14     a bit per axis whose index was out of range
 ====== ========================================================================
 
-An indexed partition's positions (``positions.py``) use word 1 for the failing row and word 10
-for the kind of failure instead.
+The first :data:`REPORTED_AXES` axes are named (an access of higher rank leaves the others
+out; the host shows them as ``?``). An indexed partition's positions (``positions.py``, rank
+3 at most) use word 1 for the failing row and word 14 for the kind of failure instead.
 
 Imports the ``bytecode`` package and ``context`` only.
 """
@@ -32,12 +33,18 @@ from ..bytecode import (I1, I32, I64, ComparisonPredicate, MemoryOrdering, Memor
                         Signedness, TileType, Value)
 from .context import LoweringContext
 
-__all__ = ["FAULT_WORDS", "WORD_SITE", "WORD_PROGRAM", "WORD_INDEX", "WORD_BOUND",
+__all__ = ["FAULT_WORDS", "REPORTED_AXES", "WORD_SITE", "WORD_PROGRAM", "WORD_INDEX", "WORD_BOUND",
            "WORD_AXES", "as_i64", "in_range", "report_unless", "program_words", "axis_words",
            "all_of", "negate"]
 
 FAULT_WORDS = 16
-WORD_SITE, WORD_PROGRAM, WORD_INDEX, WORD_BOUND, WORD_AXES = 0, 1, 4, 7, 10
+#: the axes a record names an index and a bound for (a 4-D cache's partition has four; with 3
+#: the fourth axis's index overwrote the first bound)
+REPORTED_AXES = 5
+WORD_SITE, WORD_PROGRAM, WORD_INDEX = 0, 1, 4
+WORD_BOUND = WORD_INDEX + REPORTED_AXES
+WORD_AXES = WORD_BOUND + REPORTED_AXES
+assert WORD_AXES < FAULT_WORDS
 
 _UNSIGNED = Signedness.UNSIGNED
 
@@ -105,7 +112,8 @@ def axis_words(lw: LoweringContext,
     zero = fn.constant(0, TileType(I64))
     out, mask = [], zero
     for axis, (bad, index, bound) in enumerate(axes):
-        out += [(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True))]
+        if axis < REPORTED_AXES:
+            out += [(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True))]
         mask = fn.ori(mask, fn.select(bad, fn.constant(1 << axis, TileType(I64)), zero))
     return out + [(WORD_AXES, mask)]
 

@@ -21,8 +21,8 @@ from ....dtypes import DType
 from ..bytecode import (I32, I64, ComparisonPredicate, MemoryOrdering, MemoryScope, Signedness,
                         TileType, Value)
 from .arith import convert
-from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_SITE, all_of, as_i64, in_range,
-                     negate, program_words)
+from .checks import (REPORTED_AXES, WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_SITE, all_of,
+                     as_i64, in_range, negate, program_words)
 from .context import LoweringContext, TensorArg, lowers, memory_type
 
 __all__ = ["element_offsets", "report_lanes"]
@@ -104,8 +104,8 @@ def report_lanes(lw: LoweringContext, site: int, flags: Sequence[Value], wide: S
                                    ordering=MemoryOrdering.RELAXED, scope=MemoryScope.DEVICE)
         won = fn.andi(bad, fn.cmpi(ComparisonPredicate.EQ, old, zeros,
                                    signedness=Signedness.SIGNED))
-        words = program + [(WORD_INDEX + axis, index),
-                           (WORD_BOUND + axis, as_i64(lw, bound, True)),
-                           (WORD_AXES, fn.constant(1 << axis, TileType(I64)))]
+        named = ([(WORD_INDEX + axis, index), (WORD_BOUND + axis, as_i64(lw, bound, True))]
+                 if axis < REPORTED_AXES else [])
+        words = program + named + [(WORD_AXES, fn.constant(1 << axis, TileType(I64)))]
         for word, value in words:
             fn.store_ptr_tko(at(word), lw.splat(value, shape), mask=won)
