@@ -1,5 +1,11 @@
-"""The online-softmax step the attention kernels share (a device function, inlined): fold one
-tile of base-2 scores into a running maximum, sum of exponentials and weighted values.
+"""The online-softmax step the attention kernels share (device functions, inlined): fold one
+tile of base-2 scores into a running maximum, sum of exponentials and weighted values, and
+store a split's normalized partial result.
+
+``online_softmax_step`` loads its value tile from a partition; ``rescaled_scores`` is its
+first half, for kernels that read their values otherwise (a paged cache's blocks), then
+``tc.mma(p, values, acc * alpha)``. (The contiguous kernels keep ``online_softmax_step`` as it
+is: its source is part of their shipped tuning entries' key.)
 
 May import the kernel decorator and the device language."""
 
@@ -23,3 +29,26 @@ def online_softmax_step(s, values, index, best, total, acc):
     vt = values.load(index).reshape((s.shape[1], acc.shape[1]))
     acc = tc.mma(p.astype(vt.dtype), vt, acc * alpha)
     return total, acc, new_best
+
+
+@function
+def rescaled_scores(s, best, total):
+    """The exponentials of scores ``s`` (as for ``online_softmax_step``) against the running
+    row maximum ``best``: returns ``(p, alpha, new_best, new_total)``, ``alpha`` the factor
+    that rescales what was summed before; the caller folds its values in as ``tc.mma(p,
+    values, acc * alpha)``, reading them after the exponentials."""
+    new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
+    p = tc.exp2(s - new_best)
+    alpha = tc.exp2(best - new_best)
+    return p, alpha, new_best, total * alpha + tc.reduce_sum(p, 1, keepdims=True)
+
+
+@function
+def store_split(o, lse, acc, total, best):
+    """Store a split's normalized output ``acc / total`` into ``o`` (1, G, D) (zeros for a
+    split with no keys) and the log2-sum-exp ``best + log2(total)`` into ``lse`` (1, G, 1)."""
+    has_keys = total > 0.0
+    rows, columns = acc.shape
+    o.store(tc.where(has_keys, acc * (1.0 / tc.where(has_keys, total, 1.0)), 0.0)
+            .reshape((1, rows, columns)))
+    lse.store((best + tc.log2(total)).reshape((1, rows, 1)))

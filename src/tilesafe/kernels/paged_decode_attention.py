@@ -61,6 +61,7 @@ from ..host.factory import empty
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from . import _attention_args as args
+from ._online_softmax import rescaled_scores, store_split
 from ._outputs import Output
 from ._rowwise import WarpVariants
 from ._torch import accepts_torch, workspace_accepts_torch
@@ -139,10 +140,7 @@ def paged_decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")]
         blocks = tile_blocks(block, block_table, b, j, last, BN, BS, rows_per)
         kt = paged_tile(keys, blocks, j % per_block, h, rows_per, D)
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
+        p, alpha, new_best, total = rescaled_scores(s, best, total)
         vt = paged_tile(values, blocks, j % per_block, h, rows_per, D)
         acc = tc.mma(p.astype(T), vt, acc * alpha)
         best = new_best
@@ -157,17 +155,11 @@ def paged_decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")]
         # last block read again for pieces past it): 0 * NaN would reach the sum, so the
         # values are masked as well
         stale = (tc.arange(BN) + j * BN).reshape((BN, 1)) >= seq_len
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
+        p, alpha, new_best, total = rescaled_scores(s, best, total)
         vt = tc.where(stale, 0.0, paged_tile(values, blocks, j % per_block, h, rows_per, D))
         acc = tc.mma(p.astype(T), vt, acc * alpha)
         best = new_best
-    has_keys = total > 0.0
-    o.store(tc.where(has_keys, acc * (1.0 / tc.where(has_keys, total, 1.0)), 0.0)
-            .reshape((1, G, D)))
-    lse.store((best + tc.log2(total)).reshape((1, G, 1)))
+    store_split(o, lse, acc, total, best)
 
 
 @kernel(examples=[{"G": 16, "D": 128, "BN": 32, "BS": 24, "T": tc.f16},
@@ -209,18 +201,12 @@ def paged_decode_attention_gather_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
         s = tc.mma(queries, tc.transpose(kt), tc.zeros((G, BN), tc.f32)) * qk_scale
         cols = (tc.arange(BN) + j * BN).reshape((1, BN))
         s = tc.where(cols < seq_len, s, float("-inf"))
-        new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
-        p = tc.exp2(s - new_best)
-        alpha = tc.exp2(best - new_best)
-        total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
+        p, alpha, new_best, total = rescaled_scores(s, best, total)
         # (keys past the length are copies of the last key's row: no stale values to mask)
         vt = tc.gather(v, blocks, rows, h, columns)
         acc = tc.mma(p.astype(T), vt, acc * alpha)
         best = new_best
-    has_keys = total > 0.0
-    o.store(tc.where(has_keys, acc * (1.0 / tc.where(has_keys, total, 1.0)), 0.0)
-            .reshape((1, G, D)))
-    lse.store((best + tc.log2(total)).reshape((1, G, 1)))
+    store_split(o, lse, acc, total, best)
 
 
 #: the fewest keys of one block-tile load: a block size with no power-of-two divisor this
