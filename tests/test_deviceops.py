@@ -514,6 +514,22 @@ def test_an_op_driven_inside_a_chain_records_the_driving_line():
     assert f"already driven at {__file__}:{drive_line}" in str(err.value)
 
 
+def test_a_second_await_names_the_awaiting_line_not_the_waiter_thread():
+    """On the cpu device an await drives the op on a waiter thread: the error of awaiting it
+    again named that thread's frame (concurrent/futures/thread.py), not the user's line."""
+    op = axpy(ts.zeros(16, device="cpu").sync().partition(8), _cpu_ones(16), 1.0)
+
+    async def twice():
+        await op
+        try:
+            second = _line_of_next_statement()
+            await op
+        except DeviceOpError as err:
+            return second, str(err)
+    second, message = asyncio.run(twice())
+    assert message.startswith(f"{__file__}:{second}: this DeviceOp"), message
+
+
 def _line_of_next_statement() -> int:
     import sys
     return sys._getframe(1).f_lineno + 1

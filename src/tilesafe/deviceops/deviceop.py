@@ -230,7 +230,8 @@ class DeviceOp(OpCore, Generic[T]):
         if first is None:
             return
         first_how, first_where = first
-        raise DeviceOpError(f"{caller_location()}: this DeviceOp ({self.label}) was already "
+        # (``where``: the user's call, also when the drive runs on a waiter thread for await)
+        raise DeviceOpError(f"{where}: this DeviceOp ({self.label}) was already "
                             f"{first_how} at {first_where}; an op runs once\n  fix: build a "
                             "new op for each run, or call .shared() to reuse one result")
 
