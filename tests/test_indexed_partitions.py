@@ -181,6 +181,9 @@ def test_a_fault_record_of_repeated_positions_reads_like_the_interpreters_error(
     assert isinstance(error, PositionsError)
     assert ("kernel 'write_rows', the indexed partition 'cache': positions[2] = (7, 0) names "
             "the same tile as another row") in str(error)
+    # where: the kernel's definition (the failure is found before any line of its body runs)
+    assert str(ir.location).startswith(f"{__file__}:")
+    assert str(error).startswith(f"{ir.location}: kernel 'write_rows'")
 
 
 # =============================================================================================

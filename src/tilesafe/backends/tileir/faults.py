@@ -44,6 +44,9 @@ class FaultRecord:
         numpy view the host reads, and ``address``, the device address); ``sites``: the
         kernel's ``fault_sites`` when already known."""
         self.kernel_name = kernel.name
+        #: where the kernel is defined: a failure found before any program ran (an indexed
+        #: partition's positions) has no line of the body to name
+        self.kernel_location = kernel.location
         self.sites = fault_sites(kernel) if sites is None else sites
         self._memory = memory
         self.address = memory.address
@@ -79,7 +82,8 @@ class FaultRecord:
                                         record[WORD_INDEX:WORD_INDEX + rank],
                                         record[WORD_BOUND:WORD_BOUND + rank],
                                         duplicate=record[WORD_AXES] == 2)
-            return PositionsError(f"kernel '{self.kernel_name}', the indexed partition "
+            defined = f"{self.kernel_location}: " if self.kernel_location else ""
+            return PositionsError(f"{defined}kernel '{self.kernel_name}', the indexed partition "
                                   f"'{op.name}': {problem} (found by the kernel before any "
                                   "program wrote; raised where the launch's stream was "
                                   "synchronized)", hint="give each program a distinct tile "
