@@ -433,6 +433,30 @@ def test_a_fault_record_names_a_4d_partition_index_like_the_interpreter():
             f"{expected}") in str(record.take())
 
 
+@ts.kernel
+def gather_6d(z: tc.MutTensor[tc.f32, (4,)], x: tc.Tensor[tc.f32, (-1, -1, -1, -1, -1, -1)],
+              at: int):
+    z.store(tc.gather(x, 0, 0, 0, 0, 0, tc.arange(4, tc.i32) + at))  # <- gather6
+
+
+def test_a_fault_record_names_a_failed_axis_past_the_reported_ones_as_unknown():
+    """A gather of rank 6 failing on its sixth axis: the record has no words for that axis'
+    index and bound, only its bit in the mask. The error still names the axis (with ``?``);
+    it named no index at all ("gather index " and nothing after it)."""
+    x = on(np.zeros((1, 1, 1, 1, 1, 8), np.float32))
+    with pytest.raises(IndexOutOfRangeError, match=r"gather index 10 along axis 5 is outside "
+                       r"\[0, 8\)"):
+        gather_6d(ts.zeros((4,), ts.float32).partition((4,)), x, 7).sync()
+    assert REPORTED_AXES < 6
+    record = _record(gather_6d, ts.zeros((4,), ts.float32).partition((4,)), x, 7)
+    words = record._memory.words
+    words[WORD_SITE] = 1
+    words[WORD_AXES] = 1 << 5  # (what report_lanes writes for an axis past REPORTED_AXES)
+    assert (f"{FILE}:{here('gather6')}: in kernel 'gather_6d', tile program (0, 0, 0): "
+            "gather index ? along axis 5 is outside [0, ?) (found by the GPU") \
+        in str(record.take())
+
+
 # =============================================================================================
 # a stream hands back everything its work borrowed, whatever one of them raises
 

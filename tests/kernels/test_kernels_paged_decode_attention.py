@@ -242,6 +242,36 @@ def test_a_length_past_the_table_is_an_index_error(rng):
                                _tensor(np.array([65], np.int32)), _tensor(table)).sync()
 
 
+@pytest.mark.parametrize("block_size", [16, 24])  # the block-tile kernel, the gather kernel
+@pytest.mark.parametrize("length", [2**31 - 1, 2**31 - 16])
+def test_a_length_near_the_int32_limit_is_an_index_error(rng, block_size, length):
+    """The key tile count ``(seq_len + BN - 1) // BN`` wraps in int32 for a length this close
+    to 2**31: no tile was read, so no read failed and the call gave zeros for a length far
+    past the table. The last key's table entry is read first, whatever the length."""
+    q, k, v, _ = _problem(rng, "float16", 1, 4, 1, 4 * block_size, 64, [4 * block_size])
+    (k_pool, table), (v_pool, _) = (paged(np.random.default_rng(4), x, block_size, spare=1)
+                                    for x in (k, v))
+    entry = (length - 1) // block_size
+    with pytest.raises(ts.IndexOutOfRangeError, match=rf"gather index {entry} along axis 1 is "
+                       r"outside \[0, 4\)"):
+        paged_decode_attention(_tensor(q), _tensor(k_pool), _tensor(v_pool),
+                               _tensor(np.array([length], np.int32)), _tensor(table)).sync()
+
+
+@pytest.mark.parametrize("block_size", [16, 24])
+@pytest.mark.parametrize("length", [-1, -2**31])
+def test_a_negative_length_gives_zeros(rng, block_size, length):
+    """With several splits, a length of -2**31 made the later splits read the table at a
+    negative index (an IndexOutOfRangeError for a length documented to give zeros)."""
+    q, k, v, _ = _problem(rng, "float16", 1, 4, 1, 4 * block_size, 64, [4 * block_size])
+    (k_pool, table), (v_pool, _) = (paged(np.random.default_rng(4), x, block_size)
+                                    for x in (k, v))
+    got = paged_decode_attention(_tensor(q), _tensor(k_pool), _tensor(v_pool),
+                                 _tensor(np.array([length], np.int32)), _tensor(table),
+                                 num_splits=3)
+    assert np.array_equal(got.sync().numpy(), np.zeros((1, 4, 64), np.float16))
+
+
 # --- misuse ----------------------------------------------------------------------------------
 
 def _inputs(q_shape=(2, 4, 64), pool_shape=(6, 16, 2, 64), table_shape=(2, 3), dtype=ts.float16,

@@ -22,7 +22,7 @@ Imports only the IR and types (and the base layer).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -282,20 +282,28 @@ def access_rank(op: Operation) -> int:
     return len(op.operands) - 1  # (the tensor or partition, then one index per axis)
 
 
+#: the index of a failed axis that a GPU's fault record has no word for (an access of more
+#: axes than the record names): :func:`out_of_range_message` shows it as ``?``
+UNRECORDED = "?"
+
+
 def out_of_range_message(op_name: str, index: Sequence[Optional[int]],
                          bounds: Sequence[Optional[int]], attrs: Optional[dict] = None) -> str:
     """The words both devices use for an index of a checked access (op ``op_name`` with
     ``attrs``) that failed its check: for a partition, the tile coordinates and the tile grid;
     for a gather or an atomic update, per axis the largest offending element index and the
     extent (None for an axis whose indices were all in range). A GPU's record names the first
-    few axes only: a bound it left out is None and shows as ``?``."""
+    few axes only: a bound it left out is None and shows as ``?``, and so does the index of a
+    failed axis it left out (:data:`UNRECORDED`)."""
+    def number(v: Any) -> str:
+        return "?" if v is None or v is UNRECORDED else str(int(v))
+
     def shown(values: Sequence[Optional[int]]) -> str:
-        items = ["?" if v is None else str(int(v)) for v in values]
+        items = [number(v) for v in values]
         return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     if op_name == "partition_load":
         return f"partition index {shown(index)} is outside the tile grid {shown(bounds)}"
-    parts = "; ".join(f"{int(i)} along axis {axis} is outside "
-                      f"[0, {'?' if b is None else int(b)})"
+    parts = "; ".join(f"{number(i)} along axis {axis} is outside [0, {number(b)})"
                       for axis, (i, b) in enumerate(zip(index, bounds)) if i is not None)
     if op_name == "atomic_rmw":
         attrs = attrs or {}

@@ -14,7 +14,9 @@ out from the length read on the device) writes normalized partial outputs and lo
 and the contiguous path's ``decode_attention_merge_kernel`` merges them. Only the reads
 differ. The block ids are read from the table with ``tc.gather``, and the entries read are
 only those below ``ceil(seq_len / block_size)`` (key indices are clamped to the last key), so
-the rest of a row may hold anything (-1, stale ids); a length past the table fails that read.
+the rest of a row may hold anything (-1, stale ids). The last key's entry is read first, so a
+length past the table fails that read whatever the length (the key tile count wraps in int32
+near 2**31); a negative length counts as 0.
 Then the keys and values, by one of two kernels, chosen on the host by :func:`key_tile`:
 
 - ``paged_decode_attention_partial_kernel``, where a power of two of at least
@@ -117,8 +119,12 @@ def paged_decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")]
     _, splits, _ = tc.get_num_tile_blocks()
     b = bh // kv_heads
     h = bh % kv_heads
-    seq_len = tc.gather(seq_lens, b)
-    last = tc.maximum(seq_len - 1, 0)
+    seq_len = tc.maximum(tc.gather(seq_lens, b), 0)  # (a negative length: no key)
+    last = tc.maximum(seq_len, 1) - 1
+    # the table entry of the last key: a length past the table is an IndexOutOfRangeError
+    # here, whatever the length (the tile count below wraps in int32 near 2**31, which would
+    # leave nothing read, so nothing failing)
+    tc.gather(block_table, b, last // BS)
     rows_per = min(BN, BS)
     per_block = BS // rows_per
     keys = k.partition((1, rows_per, 1, D))
@@ -179,8 +185,10 @@ def paged_decode_attention_gather_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
     _, splits, _ = tc.get_num_tile_blocks()
     b = bh // kv_heads
     h = bh % kv_heads
-    seq_len = tc.gather(seq_lens, b)
-    last = seq_len - 1
+    seq_len = tc.maximum(tc.gather(seq_lens, b), 0)  # (a negative length: no key)
+    last = tc.maximum(seq_len, 1) - 1
+    # a length past the table fails here, whatever the length (as in the block-tile kernel)
+    tc.gather(block_table, b, last // BS)
     queries = q.partition((1, G, D)).load((bh, 0, 0)).reshape((G, D))
     columns = tc.arange(D, tc.i32).reshape((1, D))
     offsets = tc.arange(BN, tc.i32).reshape((BN, 1))

@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Any, Optional
 
-from ...compiler.bounds import (access_rank, fault_sites, out_of_range_message,
+from ...compiler.bounds import (UNRECORDED, access_rank, fault_sites, out_of_range_message,
                                 positions_message)
 from ...compiler.ir import KernelIR
 from ...driver import cuda
@@ -95,7 +95,9 @@ class FaultRecord:
         bounds = record[WORD_BOUND:WORD_BOUND + named] + unnamed
         if op.name != "partition_load":
             bad = record[WORD_AXES]
-            index = [i if bad >> axis & 1 else None for axis, i in enumerate(index)]
+            # (a failed axis past the named ones has its bit in the mask, but no index word)
+            index = [(UNRECORDED if i is None else i) if bad >> axis & 1 else None
+                     for axis, i in enumerate(index)]
         program = tuple(record[WORD_PROGRAM:WORD_PROGRAM + 3])
         where = f"{op.location}: " if op.location else ""
         return IndexOutOfRangeError(
