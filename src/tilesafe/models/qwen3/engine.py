@@ -316,8 +316,10 @@ class Qwen3Engine:
         ``sampling`` will replay: each sequence's prefill graph for its prompt's bucket and the
         decode step, and compile (or load from the disk cache) every kernel they launch. This
         runs nothing and changes no sequence; the first prompt's time and the decode's tokens
-        per second then hold no compilation. (A sampled first token is drawn
-        by ``sample`` outside the graphs: its kernels compile on first use.)"""
+        per second then hold no compilation. (A sampled first token is drawn by ``sample``
+        outside the graphs: its kernels compile on first use. Only the
+        :data:`RECORDED_PREFILLS` most recent prefill graphs are kept, so at a larger batch the
+        prompts record the earlier sequences' graphs again, over kernels compiled here.)"""
         if len(prompt_tokens) != self.batch:
             raise ArgumentError(f"Qwen3Engine.prepare: {len(prompt_tokens)} prompt length(s) "
                                 f"for an engine of batch {self.batch}",
