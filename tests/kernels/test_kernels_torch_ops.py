@@ -48,6 +48,29 @@ def test_row_ops_and_their_fakes():
     assert torch.equal(_fake_matches(T.argmax, logits).long(), logits.argmax(-1))
 
 
+def test_paged_decode_attention_as_a_torch_op_reads_through_the_block_table():
+    """The paged op equals the contiguous one over the same keys, laid out in shuffled blocks;
+    its fake gives the query's shape."""
+    g = torch.Generator().manual_seed(4)
+    batch, heads, kv_heads, d, block, blocks_per = 2, 4, 2, 64, 16, 3
+    k = torch.randn(batch, kv_heads, block * blocks_per, d, generator=g).half()
+    v = torch.randn(batch, kv_heads, block * blocks_per, d, generator=g).half()
+    q = torch.randn(batch, heads, d, generator=g).half()
+    lengths = torch.tensor([40, 17], dtype=torch.int32)
+    order = torch.randperm(batch * blocks_per, generator=g)  # logical block -> physical
+    pool_k = torch.zeros(batch * blocks_per, block, kv_heads, d).half()
+    pool_v = torch.zeros_like(pool_k)
+    table = order.reshape(batch, blocks_per).to(torch.int32)
+    for b in range(batch):
+        for i in range(blocks_per):
+            rows = slice(i * block, (i + 1) * block)
+            pool_k[table[b, i]] = k[b, :, rows].transpose(0, 1)
+            pool_v[table[b, i]] = v[b, :, rows].transpose(0, 1)
+    got = _fake_matches(T.paged_decode_attention, q, pool_k, pool_v, lengths, table, None)
+    want = T.decode_attention(q, k, v, lengths, None)
+    assert got.shape == q.shape and torch.allclose(got.float(), want.float(), atol=2e-3)
+
+
 def test_in_place_ops_change_their_arguments():
     g = torch.Generator().manual_seed(1)
     x, residual = torch.randn(4, 32, generator=g), torch.randn(4, 32, generator=g)

@@ -18,8 +18,9 @@ from typing import Optional
 import torch
 
 from . import (add_rms_norm, argmax, decode_attention, embedding, flash_attention, gelu,
-               kv_cache_update, layer_norm, matmul, rms_norm, rms_norm_matmul, rope,
-               rope_kv_cache_update, sample, scaled_matmul, silu_mul, silu_mul_matmul, softmax)
+               kv_cache_update, layer_norm, matmul, paged_decode_attention, rms_norm,
+               rms_norm_matmul, rope, rope_kv_cache_update, sample, scaled_matmul, silu_mul,
+               silu_mul_matmul, softmax)
 from ..dtypes import as_dtype
 
 LIBRARY = "tilesafe"
@@ -192,6 +193,18 @@ def decode_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
 @decode_attention_op.register_fake
 def _(q, k_cache, v_cache, seq_lens, scale):
+    return torch.empty_like(q)
+
+
+@_op("paged_decode_attention")
+def paged_decode_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              seq_lens: torch.Tensor, block_table: torch.Tensor,
+                              scale: Optional[float]) -> torch.Tensor:
+    return paged_decode_attention(q, k_cache, v_cache, seq_lens, block_table, scale=scale)
+
+
+@paged_decode_attention_op.register_fake
+def _(q, k_cache, v_cache, seq_lens, block_table, scale):
     return torch.empty_like(q)
 
 
