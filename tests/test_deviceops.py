@@ -530,6 +530,49 @@ def test_a_second_await_names_the_awaiting_line_not_the_waiter_thread():
     assert message.startswith(f"{__file__}:{second}: this DeviceOp"), message
 
 
+def test_a_timed_out_await_leaves_the_launch_running_and_its_result_reachable():
+    """asyncio's own pattern: ``wait_for(shield(task))`` times out while the launch goes on,
+    and awaiting the task later hands back its result, so a tensor moved into the launch comes
+    back (a plain cancel would drop the result; ``ts.borrow_mut`` keeps the tensor instead)."""
+    x = _cpu_ones(1 << 14)
+    z = ts.zeros(1 << 14, device="cpu").sync()
+
+    async def serve():
+        task = asyncio.ensure_future(axpy(z.partition(1024), x, 2.0))  # z moved in
+        with pytest.raises((asyncio.TimeoutError, TimeoutError)):
+            await asyncio.wait_for(asyncio.shield(task), timeout=1e-9)
+        return await task
+    result = asyncio.run(serve())
+    assert np.array_equal(result.z.unpartition().numpy(), np.full(1 << 14, 2.0))
+
+
+def test_a_cancelled_await_leaves_no_loan_and_no_partial_write():
+    """Cancelling the awaiting task either stops the launch before it runs or lets it finish:
+    the borrowed tensor is usable afterwards (no loan left behind) and is all old or all new."""
+    x = _cpu_ones(1 << 14)
+    for delay in (0, 1, 3):
+        z = ts.zeros(1 << 14, device="cpu").sync()
+
+        async def cancel_after(steps):
+            task = asyncio.ensure_future(axpy(ts.borrow_mut(z).partition(1024), x, 2.0))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            for _ in range(200):  # (a drive already on a waiter thread finishes there)
+                try:
+                    return z.numpy()
+                except ts.BorrowError:
+                    await asyncio.sleep(0.005)
+            return z.numpy()
+        values = asyncio.run(cancel_after(delay))
+        assert np.all(values == values[0]) and values[0] in (0.0, 2.0)
+        ts.borrow_mut(z)  # no loan is left: it can be lent again
+
+
 def _line_of_next_statement() -> int:
     import sys
     return sys._getframe(1).f_lineno + 1
