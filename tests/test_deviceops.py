@@ -316,7 +316,8 @@ def test_a_graph_compiles_its_kernels_before_its_first_replay():
     """``CudaGraph.compile`` builds every recorded launch's kernel and runs nothing; the first
     replay then compiles nothing. It is refused inside the ``with`` block."""
     @ts.kernel
-    def scale_into(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)], a: float):  # noqa: F821
+    def scale_into(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)],  # noqa: F821
+                   a: float):
         z.store(tc.load_tile_like(x, z) * a)
     x = ts.tensor(np.arange(16, dtype=np.float32)).sync()
     out = ts.zeros(16).sync()

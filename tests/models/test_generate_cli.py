@@ -1,6 +1,6 @@
 """``tilesafe generate`` on the interpreter with a small random checkpoint: it reports the
-start-up and its compiling apart from the time to first token and tokens/s, its greedy tokens match transformers' (``--check``), and bad
-arguments fail with a message and status 1."""
+start-up and its compiling apart from the time to first token and tokens/s, its greedy tokens
+match transformers' (``--check``), and bad arguments fail with a message and status 1."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ the memory roofline (weight bytes plus the mean key/value bytes read per token, 
 device-to-device copy rate measured in the same run).
 
 Imports the host API, the driver's streams and events, graphs, the kernel decorator, the
-compile pipeline's meter and the device language (the copy kernel of the roofline's copy rate), and the model modules; the
-``--check`` path imports torch and transformers."""
+compile pipeline's meter, the device language (the copy kernel of the roofline's copy rate)
+and the model modules; the ``--check`` path imports torch and transformers."""
 
 from __future__ import annotations
 
