@@ -708,3 +708,20 @@ def test_a_stream_wait_ends_only_the_loans_of_work_enqueued_before_it(monkeypatc
     with pytest.raises(cuda.CudaError, match="cuStreamSynchronize failed"):
         stream.synchronize()
     assert alloc.loans == [late] and stream._pending == [late]  # a failed wait ends nothing
+
+
+def test_a_graph_update_refused_for_a_used_op_keeps_the_recorded_work():
+    """An op already driven cannot update a graph, and the refusal changes nothing: replays
+    still run the recorded launch, never the other memory of the refused op."""
+    z, other = ts.zeros(16).sync(), ts.zeros(16).sync()
+    graph = ts.CudaGraph.capture(axpy(ts.borrow_mut(z).partition(8), _ones(16), 1.0))
+    used = axpy(other.partition(8), _ones(16), 1.0)
+    result = used.sync()
+    with pytest.raises(DeviceOpError, match=r"already driven at .*test_deviceops.py:\d+") \
+            as refused:
+        graph.update(used)
+    graph.replay()  # the recorded launch, not the refused op's
+    assert np.array_equal(z.numpy(), np.ones(16))
+    assert np.array_equal(result.z.unpartition().numpy(), np.ones(16))  # written once only
+    assert "update() cannot take axpy" in str(refused.value)
+    assert "the graph keeps its recorded work" in str(refused.value)

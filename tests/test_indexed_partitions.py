@@ -267,3 +267,29 @@ def test_a_lazy_tensor_is_partitioned_by_positions_once_it_runs():
     assert "at positions<i32>" in str(described.params[0].value.type)
     result = bump_rows(ts.zeros((16,), ts.int32).partition(4, at=positions)).sync()
     assert result.cache.unpartition().numpy().tolist() == [1] * 4 + [0] * 8 + [1] * 4
+
+
+def test_positions_pending_work_writes_are_named_as_the_positions():
+    cache, positions = ts.zeros((32,), ts.int32).sync(), on(np.array([0, 2, 4, 6], np.int32))
+    writing = bump_rows(ts.borrow_mut(positions).partition(4))  # pending: positions written
+    with pytest.raises(BorrowError, match="cannot launch with the positions of 'cache': its "
+                       "memory is mutably borrowed by the pending launch of 'bump_rows'"):
+        bump_rows(ts.borrow_mut(cache).partition(4, at=positions))
+    writing.sync()  # the positions are now 1, 3, 5, 7
+    bump_rows(ts.borrow_mut(cache).partition(4, at=positions)).sync()
+    assert cache.numpy().tolist() == ([0] * 4 + [1] * 4) * 4
+
+
+def test_foreign_or_float_positions_are_refused_with_a_fix_that_works():
+    cache = ts.zeros((16,), ts.int32).sync()
+    foreign = np.array([1, 2], np.int32)
+    with pytest.raises(PartitionError, match=r"got numpy.ndarray\n.*at=ts.from_dlpack"):
+        ts.borrow_mut(cache).partition(4, at=foreign)
+    bump_rows(ts.borrow_mut(cache).partition(4, at=ts.from_dlpack(foreign))).sync()  # the fix
+    floats = on(np.array([1.0, 2.0]))
+    with pytest.raises(PartitionError, match=r"must hold integers, got f64\n.*"
+                       r"ts\.tensor\(positions\.numpy\(\)\.astype\(np\.int32\)\)\.sync\(\)"):
+        ts.borrow_mut(cache).partition(4, at=floats)
+    fixed = ts.tensor(floats.numpy().astype(np.int32)).sync()  # the fix the hint gives
+    bump_rows(ts.borrow_mut(cache).partition(4, at=fixed)).sync()
+    assert cache.numpy().tolist() == [0] * 4 + [2] * 8 + [0] * 4

@@ -244,3 +244,40 @@ def test_a_borrowed_partition_is_spent_before_its_loans_end(monkeypatch):
     bump(p).sync()
     assert outcomes == ["BorrowError"]
     assert z.numpy()[0] == 1
+
+
+def test_a_graph_updated_while_other_threads_replay_it_runs_whole_replays_only():
+    """Each replay runs the work of one update, node by node in order, its checks and loans
+    taken once for all nodes: a thread updating the graph meanwhile never makes a replay run
+    one update's first node with another's second (each second node copies what the first
+    wrote, so every pair ends equal)."""
+    @ts.kernel
+    def copy_from(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
+        z.store(tc.load_tile_like(x, z))
+
+    stream = ts.Stream("cpu")
+    pairs = [(ts.zeros(N, device="cpu").sync(), ts.zeros(N, device="cpu").sync())
+             for _ in range(ROUNDS + 1)]
+
+    def record(into, pair):
+        first, second = pair
+        into.record(bump(ts.borrow_mut(first).partition(16)))
+        into.record(copy_from(ts.borrow_mut(second).partition(16), first))
+    with ts.CudaGraph.scope(stream) as graph:
+        record(graph, pairs[0])
+    done = threading.Event()
+
+    def work(i):
+        if i == 0:
+            try:
+                for pair in pairs[1:]:
+                    with graph.update() as g:
+                        record(g, pair)
+            finally:
+                done.set()
+            return
+        while not done.is_set():
+            graph.launch(stream).sync()
+    _run_threads(work)
+    for first, second in pairs:
+        assert np.array_equal(first.numpy(), second.numpy())

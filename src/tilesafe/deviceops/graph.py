@@ -276,6 +276,14 @@ class CudaGraph:
         """
         if not ops:
             return _Update(self)
+        for op in ops:  # a used op is refused before the graph changes: a refused update
+            used = getattr(op, "_driven_at", None) if isinstance(op, DeviceOp) else None
+            if used is not None:  # leaves the recorded work in place
+                how, first = used
+                raise DeviceOpError(f"{caller_location()}: update() cannot take {op.label}: it "
+                                    f"was already {how} at {first}, and an op runs once; the "
+                                    "graph keeps its recorded work\n  fix: build a new op for "
+                                    "the update (k(args...) again) and pass that")
         nodes: list[GraphNode] = []
         for op in ops:
             part = op.graph_nodes() if isinstance(op, DeviceOp) else None

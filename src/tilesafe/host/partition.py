@@ -160,14 +160,20 @@ def _check_positions(positions: Any, tensor: Any, rank: int, where: Location) ->
     device. Whether they are in range and distinct is checked by every launch (the values
     can change between launches)."""
     if not hasattr(positions, "_alloc"):
+        kind = type(positions)
+        foreign = hasattr(positions, "__dlpack__") or hasattr(positions, "__array_interface__")
+        package = kind.__module__.split(".")[0]
+        name = kind.__qualname__ if package == "builtins" else f"{package}.{kind.__qualname__}"
         raise PartitionError(f"positions must be a tilesafe tensor of tile coordinates, got "
-                             f"{type(positions).__name__}", where,
-                             hint="e.g. at=ts.tensor(np.array([[0, 3], [2, 1]], np.int32))"
-                             " (a DeviceOp: .sync() it first)")
+                             f"{name}", where,
+                             hint="import it without a copy: at=ts.from_dlpack(positions)"
+                             if foreign else "e.g. at=ts.tensor(np.array([[0, 3], [2, 1]], "
+                             "np.int32)) (a DeviceOp: .sync() it first)")
     dtype = positions.dtype
     if not dtype.is_int:
         raise PartitionError(f"positions must hold integers, got {dtype.short}", where,
-                             hint="convert them: positions.astype(ts.int32)")
+                             hint="convert them to int32 on the host: "
+                             "ts.tensor(positions.numpy().astype(np.int32)).sync()")
     shape = positions.shape
     if not (len(shape) == 2 and shape[1] == rank or len(shape) == 1 and rank == 1):
         want = "(n,) or (n, 1)" if rank == 1 else f"(n, {rank})"

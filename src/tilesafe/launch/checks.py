@@ -259,8 +259,12 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """``(loan book, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
+    given = {p.name: a for p, a in zip(params, args)}
     for p, a, t, mutable in tensor_arguments(params, args):
-        action = (f"launch with '{p.name}'" if a is t else
+        # (an indexed partition's positions come with its parameter's name: say which they are)
+        positions = not mutable and isinstance(given[p.name], Partition)
+        action = (f"launch with the positions of '{p.name}'" if positions else
+                  f"launch with '{p.name}'" if a is t else
                   f"launch with the atomic tensor '{p.name}'" if isinstance(a, AtomicBorrow)
                   else f"launch with the partition '{p.name}'")
         wanted.append((t._alloc.loans, *t.span(), mutable, action))
