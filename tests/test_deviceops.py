@@ -547,6 +547,33 @@ def test_a_timed_out_await_leaves_the_launch_running_and_its_result_reachable():
     assert np.array_equal(result.z.unpartition().numpy(), np.full(1 << 14, 2.0))
 
 
+def test_a_borrow_blocked_by_work_another_task_runs_says_to_wait_for_it():
+    """After an await timed out the launch goes on: the error of touching its tensor says to
+    wait for the work already running, not only to drive it."""
+    import threading
+    x = _cpu_ones(16)
+    z = ts.zeros(16, device="cpu").sync()
+    release = threading.Event()
+
+    def slow(r):  # (a step before the drive synchronizes: the loans stay)
+        release.wait(5)
+        return r
+    op = axpy(ts.borrow_mut(z).partition(8), x, 1.0).then(slow)
+
+    async def serve():
+        task = asyncio.ensure_future(op)
+        with pytest.raises((asyncio.TimeoutError, TimeoutError)):
+            await asyncio.wait_for(asyncio.shield(task), timeout=0.05)
+        try:
+            with pytest.raises(BorrowError, match="another thread or task already runs it"):
+                z.numpy()
+        finally:
+            release.set()
+        await task
+    asyncio.run(serve())
+    assert np.array_equal(z.numpy(), np.ones(16))
+
+
 def test_a_cancelled_await_leaves_no_loan_and_no_partial_write():
     """Cancelling the awaiting task either stops the launch before it runs or lets it finish:
     the borrowed tensor is usable afterwards (no loan left behind) and is all old or all new."""

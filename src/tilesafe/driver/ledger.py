@@ -112,8 +112,9 @@ def check(book: list, lo: int, hi: int, *, write: bool, action: str, where: Loca
                           "copy it first with .clone()")
     if loan is not None:
         hint = getattr(loan.stream, "pending_hint", None) or (
-            "drive that work to completion first (.sync() or await it); its results come "
-            "back from the launch")
+            "drive that work to completion first (.sync() or await it), or, where another "
+            "thread or task already runs it (an await that timed out goes on), wait for that; "
+            "its results come back from the launch")
         raise BorrowError(f"cannot {action}: its memory is {describe(loan)}, which has not "
                           "completed", where, hint=hint)
 
