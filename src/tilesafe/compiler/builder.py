@@ -167,6 +167,50 @@ class IRBuilder:
                              "or x.partition(shape).load(index)")
         raise self.error(CompileError, f"{what} must be a tile or a scalar, got {describe(x)}")
 
+    def exact_tile(self, x: Any, dtype: DType, op: str, what: str, owner: str) -> Value:
+        """``x`` as a ``dtype`` tile for an operand that converts nothing typed (an atomic's
+        value): a tile of another dtype (not a weak scalar) is a DTypeError saying it differs
+        from ``owner``'s (``"the pointer"``); a Python number becomes a constant, refused if it
+        is a bool, a float for an integer dtype, or out of ``dtype``'s range."""
+        if isinstance(x, Value) and isinstance(x.type, TileType) and not x.weak \
+                and x.type.dtype is not dtype:
+            raise self.error(DTypeError, f"{op}: {what} dtype {x.type.dtype.short} differs from "
+                             f"{owner}'s {dtype.short}",
+                             f"convert first: {what}.astype(tc.{dtype.short})")
+        if is_py_scalar(x):
+            if isinstance(x, bool) or (isinstance(x, float) and not dtype.is_float) \
+                    or not dtype.fits(x):
+                raise self.error(DTypeError, f"{op}: {what} {x!r} is not a {dtype.short} value",
+                                 f"pass a {'float' if dtype.is_float else 'integer'} that "
+                                 f"{dtype.short} can hold")
+            return self.constant(x, dtype)
+        (v,) = self.coerce([x], op, dtype=dtype)
+        return v
+
+    def mask_tile(self, mask: Any, op: str, example: str) -> Value:
+        """A bool tile for ``op``'s ``mask=`` (DTypeError otherwise, the fix naming
+        ``example``, e.g. ``"mask=idx < n"``)."""
+        m = self.tile(mask, f"{op} mask")
+        if not m.type.dtype.is_bool:
+            raise self.error(DTypeError, f"{op}: mask must be a bool tile, got {m.type}",
+                             f"compare to make one, e.g. {example}")
+        return m
+
+    def broadcast_together(self, operands: Sequence[Value], op: str,
+                           names: str) -> list[Value]:
+        """Tiles of any dtypes broadcast to one shape by numpy rules (ShapeError naming
+        ``names``, e.g. ``"the value, index and mask"``, when they cannot be)."""
+        shape: tuple = ()
+        for x in operands:
+            new = broadcast_shapes(shape, x.type.shape)
+            if new is None:
+                shapes = ", ".join(str(v.type.shape) for v in operands)
+                raise self.error(ShapeError, f"{op}: {names} shapes ({shapes}) cannot be "
+                                 "broadcast together", "numpy rules apply: align shapes from "
+                                 "the right; each dimension must be equal or 1")
+            shape = new
+        return [self.broadcast_to(x, shape) for x in operands]
+
     def scalar_int(self, x: Any, what: str = "index") -> Value:
         """A rank-0 integer value (i32 for Python ints)."""
         v = self.tile(x, what)

@@ -43,10 +43,9 @@ from ... import dtypes as dt
 from ...dtypes import DType
 from ...errors import CompileError, DTypeError, IndexOutOfRangeError, SafetyError, ShapeError
 from ..bounds import out_of_range_message
-from ..builder import is_py_scalar
 from ..ir import Value
 from ..registry import builtin, op
-from ..types import AtomicTensorType, TileType, broadcast_shapes
+from ..types import AtomicTensorType, TileType
 from .indexed import offending_indices
 
 __all__ = ["MODES", "interpreter_atomic_order", "current_atomic_seed"]
@@ -247,21 +246,6 @@ def _atomic_arg(b, a, name: str) -> Value:
                   "written with z.store(tile)")
 
 
-def _value_tile(b, value, dtype: DType, name: str) -> Value:
-    if isinstance(value, Value) and isinstance(value.type, TileType) and not value.weak \
-            and value.type.dtype is not dtype:
-        raise b.error(DTypeError, f"{name}: value dtype {value.type.dtype.short} differs from "
-                      f"the atomic tensor's {dtype.short}",
-                      f"convert first: value.astype(tc.{dtype.short})")
-    if is_py_scalar(value):
-        if isinstance(value, bool) or (isinstance(value, float) and not dtype.is_float):
-            raise b.error(DTypeError, f"{name}: {value!r} is not a {dtype.short} value",
-                          f"pass a {'float' if dtype.is_float else 'integer'} value")
-        return b.constant(value, dtype)
-    (v,) = b.coerce([value], name, dtype=dtype)
-    return v
-
-
 def _index_tile(b, index, axis: int, name: str) -> Value:
     v = b.tile(index, f"{name} index {axis}")
     if not v.type.dtype.is_int:
@@ -285,26 +269,12 @@ def _make_builder(mode: str):
             raise b.error(ShapeError, f"{name}: {len(indices)} index value(s) for the rank-"
                           f"{t.rank} atomic tensor '{a.name}'",
                           f"give one integer index (tile or scalar) per dimension ({t.rank})")
-        v = _value_tile(b, value, t.dtype, name)
+        v = b.exact_tile(value, t.dtype, name, "value", "the atomic tensor")
         index_tiles = [_index_tile(b, i, axis, name) for axis, i in enumerate(indices)]
         operands = [v, *index_tiles]
         if mask is not None:
-            m = b.tile(mask, f"{name} mask")
-            if not m.type.dtype.is_bool:
-                raise b.error(DTypeError, f"{name}: mask must be a bool tile, got {m.type}",
-                              "compare to make one, e.g. mask=idx < n")
-            operands.append(m)
-        shape: tuple = ()
-        for x in operands:
-            new = broadcast_shapes(shape, x.type.shape)
-            if new is None:
-                shapes = ", ".join(str(x.type.shape) for x in operands)
-                raise b.error(ShapeError, f"{name}: the value, index and mask shapes ({shapes}) "
-                              "cannot be broadcast together",
-                              "numpy rules apply: align shapes from the right; each dimension "
-                              "must be equal or 1")
-            shape = new
-        operands = [b.broadcast_to(x, shape) for x in operands]
+            operands.append(b.mask_tile(mask, name, "mask=idx < n"))
+        operands = b.broadcast_together(operands, name, "the value, index and mask")
         b.emit("atomic_rmw", (a, *operands), {"mode": mode, "masked": mask is not None,
                                               "tensor": a.name})
 

@@ -707,24 +707,6 @@ op("ptr_exchange", "Atomic exchange through a raw pointer at element offsets, la
    effect="write")
 
 
-def _ptr_atomic_operand(b, x, dtype: DType, name: str, what: str) -> Value:
-    """``x`` (a tile or a Python number) as a ``dtype`` tile: no implicit conversion."""
-    if isinstance(x, Value) and isinstance(x.type, TileType) and not x.weak \
-            and x.type.dtype is not dtype:
-        raise b.error(DTypeError, f"{name}: {what} dtype {x.type.dtype.short} differs from the "
-                      f"pointer's {dtype.short}", f"convert first: {what}.astype(tc."
-                      f"{dtype.short})")
-    if is_py_scalar(x):
-        if isinstance(x, bool) or (isinstance(x, float) and not dtype.is_float) \
-                or not dtype.fits(x):
-            raise b.error(DTypeError, f"{name}: {what} {x!r} is not a {dtype.short} value",
-                          f"pass a {'float' if dtype.is_float else 'integer'} that "
-                          f"{dtype.short} can hold")
-        return b.constant(x, dtype)
-    (v,) = b.coerce([x], name, dtype=dtype)
-    return v
-
-
 def _emit_ptr_atomic(b, name: str, op_name: str, ptr, offsets, values, mask, padding):
     ptr = _ptr_arg(b, ptr, name)
     dtype: DType = ptr.type.dtype
@@ -735,28 +717,15 @@ def _emit_ptr_atomic(b, name: str, op_name: str, ptr, offsets, values, mask, pad
     if not off.type.dtype.is_int:
         raise b.error(DTypeError, f"{name}: offsets must be an integer tile, got {off.type}",
                       "convert them: offsets.astype(tc.i32)")
-    operands = [off, *(_ptr_atomic_operand(b, x, dtype, name, what) for what, x in values)]
+    operands = [off, *(b.exact_tile(x, dtype, name, what, "the pointer") for what, x in values)]
     if mask is not None:
-        m = b.tile(mask, f"{name} mask")
-        if not m.type.dtype.is_bool:
-            raise b.error(DTypeError, f"{name}: mask must be a bool tile, got {m.type}",
-                          "compare to make one, e.g. mask=offsets < n")
-        operands.append(m)
-    shape: tuple = ()
-    for x in operands:
-        new = broadcast_shapes(shape, x.type.shape)
-        if new is None:
-            shapes = ", ".join(str(x.type.shape) for x in operands)
-            raise b.error(ShapeError, f"{name}: the offsets, value and mask shapes ({shapes}) "
-                          "cannot be broadcast together", "numpy rules apply: align shapes "
-                          "from the right; each dimension must be equal or 1")
-        shape = new
+        operands.append(b.mask_tile(mask, name, "mask=offsets < n"))
+    operands = b.broadcast_together(operands, name, "the offsets, value and mask")
     if not isinstance(padding, (int, float)) or isinstance(padding, bool) \
             or not dtype.fits(padding) or (isinstance(padding, float) and not dtype.is_float):
         raise b.error(DTypeError, f"{name}: padding {padding!r} must be a compile-time "
                       f"number that {dtype.short} can hold", "e.g. padding=0")
-    return b.emit1(op_name, (ptr, *(b.broadcast_to(x, shape) for x in operands)),
-                   {"padding": padding})
+    return b.emit1(op_name, (ptr, *operands), {"padding": padding})
 
 
 def _build_atomic_cas_ptr(b, ptr, offsets, compare, value, mask=None, *, padding=0):
