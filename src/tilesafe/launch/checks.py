@@ -127,6 +127,15 @@ def tensor_arguments(params: Sequence[Param], args: Sequence[Any]):
             yield p, a, a, isinstance(p.spec, PointerSpec)
 
 
+def _named_arguments(params: Sequence[Param], args: Sequence[Any]):
+    """:func:`tensor_arguments` with how errors name each: ``'z'``, or ``the positions of 'z'``
+    for an indexed partition's positions (they come with their partition's parameter)."""
+    given = {p.name: a for p, a in zip(params, args)}
+    for p, a, t, mutable in tensor_arguments(params, args):
+        positions = not mutable and isinstance(given[p.name], Partition)
+        yield p, a, t, mutable, f"the positions of '{p.name}'" if positions else f"'{p.name}'"
+
+
 def _described_info(param: Param, value: Any, kernel_name: str, where: Location) -> ArgInfo:
     """What a DeviceOp argument will be, from what it says before it runs (a constructor or a
     copy, and their partitions: ``host.lazy``)."""
@@ -205,13 +214,7 @@ def _check_aliasing(params: Sequence[Param], args: Sequence[Any], kernel_name: s
     """No mutable argument may share a byte with another argument, through whatever path
     reached the memory (views, DLPack imports of one buffer): the check compares device
     addresses."""
-    given = {p.name: a for p, a in zip(params, args)}
-    tensors = []
-    for p, _, t, mutable in tensor_arguments(params, args):
-        # (an indexed partition's positions come with its parameter's name: say which they are)
-        positions = not mutable and isinstance(given[p.name], Partition)
-        tensors.append((f"the positions of '{p.name}'" if positions else f"'{p.name}'", t,
-                        mutable))
+    tensors = [(name, t, mutable) for _, _, t, mutable, name in _named_arguments(params, args)]
     for i, (name_a, ta, mut_a) in enumerate(tensors):
         for name_b, tb, mut_b in tensors[i + 1:]:
             if (mut_a or mut_b) and ta._overlaps(tb):
@@ -259,12 +262,8 @@ def _borrows(params: Sequence[Param], args: Sequence[Any]) -> list:
     """``(loan book, lo, hi, mutable, action)`` for each tensor a launch touches: shared for
     inputs, mutable for outputs and raw pointers."""
     wanted = []
-    given = {p.name: a for p, a in zip(params, args)}
-    for p, a, t, mutable in tensor_arguments(params, args):
-        # (an indexed partition's positions come with its parameter's name: say which they are)
-        positions = not mutable and isinstance(given[p.name], Partition)
-        action = (f"launch with the positions of '{p.name}'" if positions else
-                  f"launch with '{p.name}'" if a is t else
+    for p, a, t, mutable, name in _named_arguments(params, args):
+        action = (f"launch with {name}" if a is t else
                   f"launch with the atomic tensor '{p.name}'" if isinstance(a, AtomicBorrow)
                   else f"launch with the partition '{p.name}'")
         wanted.append((t._alloc.loans, *t.span(), mutable, action))
