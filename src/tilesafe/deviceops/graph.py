@@ -276,37 +276,39 @@ class CudaGraph:
         """
         if not ops:
             return _Update(self)
-        for op in ops:  # a used op is refused before the graph changes: a refused update
-            used = getattr(op, "_driven_at", None) if isinstance(op, DeviceOp) else None
-            if used is not None:  # leaves the recorded work in place
-                how, first = used
-                raise DeviceOpError(f"{caller_location()}: update() cannot take {op.label}: it "
-                                    f"was already {how} at {first}, and an op runs once; the "
-                                    "graph keeps its recorded work\n  fix: build a new op for "
-                                    "the update (k(args...) again) and pass that")
+        where = caller_location()
         nodes: list[GraphNode] = []
         for op in ops:
             part = op.graph_nodes() if isinstance(op, DeviceOp) else None
             if part is None:
-                raise DeviceOpError(f"{caller_location()}: update() takes graph-safe DeviceOps")
+                raise DeviceOpError(f"{where}: update() takes graph-safe DeviceOps")
             nodes.extend(part)
+        self._check_replacement(nodes)
+        for op in ops:  # each op is used up before the graph changes: a refused one leaves it
+            try:
+                op._consume("used to update a graph")
+            except DeviceOpError as err:
+                raise DeviceOpError(f"{where}: update() cannot take {op.label}, so the graph "
+                                    f"keeps its recorded work: {err}") from None
         self._swap(nodes)
-        for op in ops:
-            op._consume("used to update a graph")
         return None
 
     def _swap(self, nodes: list) -> None:
+        self._check_replacement(nodes)
+        self._all_capturable = None  # the next replay captures the new work
+        self.nodes = nodes
+
+    def _check_replacement(self, nodes: list) -> None:
+        """DeviceOpError unless ``nodes`` can replace the recorded ones one for one."""
         where = caller_location()
         if len(nodes) != len(self.nodes):
             raise DeviceOpError(f"{where}: update() needs {len(self.nodes)} node(s) like the "
                                 f"recorded graph, got {len(nodes)}")
-        self._all_capturable = None  # the next replay captures the new work
         for old, new in zip(self.nodes, nodes):
             why = old.compatible(new)
             if why:
                 raise DeviceOpError(f"{where}: update() cannot replace {old.label}: {why}\n  "
                                     "fix: record a new graph for work of a different shape")
-        self.nodes = nodes
 
     def __repr__(self) -> str:
         state = "ready" if self._ready else "recording" if self._recording else "empty"
