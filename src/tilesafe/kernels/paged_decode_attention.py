@@ -76,6 +76,28 @@ CACHE_LAYOUT = "(num_blocks, block_size, kv_heads, head_dim)"
 
 
 @function
+def split_keys(seq_lens, block_table, kv_heads, BN, BS):
+    """This program's share of the keys: ``(bh, b, h, seq_len, last, start, end)``, the
+    program's row ``bh`` of the queries, its sequence ``b`` and key/value head ``h``, the
+    sequence's length (a negative one counts as 0) and last key (0 when it has none), and its
+    split's key tiles ``start .. end`` of ``BN`` keys. The table entry of the last key is read
+    first, so a length past the table is an IndexOutOfRangeError here whatever the length (the
+    tile count wraps in int32 near 2**31, which would leave nothing read, so nothing
+    failing)."""
+    bh, split, _ = tc.get_tile_block_id()
+    _, splits, _ = tc.get_num_tile_blocks()
+    b = bh // kv_heads
+    h = bh % kv_heads
+    seq_len = tc.maximum(tc.gather(seq_lens, b), 0)
+    last = tc.maximum(seq_len, 1) - 1
+    tc.gather(block_table, b, last // BS)
+    tiles = (seq_len + BN - 1) // BN
+    per_split = (tiles + splits - 1) // splits
+    start = split * per_split
+    return bh, b, h, seq_len, last, start, tc.minimum(start + per_split, tiles)
+
+
+@function
 def tile_blocks(first, block_table, b, j, last, BN, BS, ROWS):
     """The block ids of key tile ``j``'s ``BN // ROWS`` pieces of ``ROWS`` keys: ``first``
     (the first piece's, read ahead), then each other piece's, read now (its first key clamped
@@ -115,25 +137,12 @@ def paged_decode_attention_partial_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")]
     ``(1, ROWS, 1, D)`` of blocks (``ROWS = min(BN, BS)``, dividing both: one tile of one
     block, or whole blocks joined). Writes ``o`` = its softmax-weighted values, normalized,
     and ``lse`` = log2 of its sum of exp2(scores*qk_scale)."""
-    bh, split, _ = tc.get_tile_block_id()
-    _, splits, _ = tc.get_num_tile_blocks()
-    b = bh // kv_heads
-    h = bh % kv_heads
-    seq_len = tc.maximum(tc.gather(seq_lens, b), 0)  # (a negative length: no key)
-    last = tc.maximum(seq_len, 1) - 1
-    # the table entry of the last key: a length past the table is an IndexOutOfRangeError
-    # here, whatever the length (the tile count below wraps in int32 near 2**31, which would
-    # leave nothing read, so nothing failing)
-    tc.gather(block_table, b, last // BS)
+    bh, b, h, seq_len, last, start, end = split_keys(seq_lens, block_table, kv_heads, BN, BS)
     rows_per = min(BN, BS)
     per_block = BS // rows_per
     keys = k.partition((1, rows_per, 1, D))
     values = v.partition((1, rows_per, 1, D))
     queries = q.partition((1, G, D)).load((bh, 0, 0)).reshape((G, D))
-    tiles = (seq_len + BN - 1) // BN
-    per_split = (tiles + splits - 1) // splits
-    start = split * per_split
-    end = tc.minimum(start + per_split, tiles)
     unmasked_end = tc.minimum(end, seq_len // BN)
     # the block of this split's first key (a length past the table fails here); each
     # iteration reads the next tile's first block id while its own keys load
@@ -181,21 +190,10 @@ def paged_decode_attention_gather_kernel(o: tc.MutTensor[tc.f32, (1, "G", "D")],
     """As ``paged_decode_attention_partial_kernel`` for any block size ``BS``: each of a key
     tile's ``BN`` keys reads its own block id and row with ``tc.gather`` (keys past the
     length read the last key's, so no table entry past the sequence is read)."""
-    bh, split, _ = tc.get_tile_block_id()
-    _, splits, _ = tc.get_num_tile_blocks()
-    b = bh // kv_heads
-    h = bh % kv_heads
-    seq_len = tc.maximum(tc.gather(seq_lens, b), 0)  # (a negative length: no key)
-    last = tc.maximum(seq_len, 1) - 1
-    # a length past the table fails here, whatever the length (as in the block-tile kernel)
-    tc.gather(block_table, b, last // BS)
+    bh, b, h, seq_len, last, start, end = split_keys(seq_lens, block_table, kv_heads, BN, BS)
     queries = q.partition((1, G, D)).load((bh, 0, 0)).reshape((G, D))
     columns = tc.arange(D, tc.i32).reshape((1, D))
     offsets = tc.arange(BN, tc.i32).reshape((BN, 1))
-    tiles = (seq_len + BN - 1) // BN
-    per_split = (tiles + splits - 1) // splits
-    start = split * per_split
-    end = tc.minimum(start + per_split, tiles)
     best = tc.full((G, 1), float("-inf"), tc.f32)
     total = tc.zeros((G, 1), tc.f32)
     acc = tc.zeros((G, D), tc.f32)
