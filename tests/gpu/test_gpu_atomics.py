@@ -14,6 +14,7 @@ import tilesafe.core as tc
 from tilesafe.errors import IndexOutOfRangeError
 
 from examples.histogram import expert_counts, histogram, histogram_onehot
+from test_ptr_atomics import cas_loop  # (the interpreter's compare-and-swap loop)
 
 GPU = "cuda:0"
 
@@ -265,26 +266,11 @@ def test_float_pointer_cas_compares_bit_patterns_as_the_interpreter(dtype):
     assert np.array_equal(table, want_table), (table, want_table)
 
 
-@ts.kernel
-def cas_counter(tries: tc.MutTensor[tc.i32, (1,)], p: tc.Ptr[tc.i32], ROUNDS: tc.Const[int]):
-    """A counter bumped by compare-and-swap retries (lock-free: some program always wins)."""
-    count = tc.zeros((1,), tc.i32)
-    for _ in range(ROUNDS):
-        seen = tc.load_ptr(p, tc.zeros((1,), tc.i32))
-        done = tc.zeros((1,), tc.bool_)
-        while tc.reduce_sum(done.astype(tc.i32), 0) == 0:
-            old = tc.atomic_cas_ptr(p, 0, seen, seen + 1)
-            done = old == seen
-            seen = old
-            count = count + 1
-    tries.store(count)
-
-
 def test_a_pointer_cas_loop_loses_no_increment():
     programs, rounds = 2048, 8
     p = ts.zeros(1, dtype=ts.int32, device=GPU).sync()
     tries = ts.zeros(programs, dtype=ts.int32, device=GPU).sync().partition(1)
     with ts.unsafe():
-        tries, p = cas_counter(tries, p, rounds).sync()
+        tries, p = cas_loop(tries, p, rounds).sync()
     assert p.numpy()[0] == programs * rounds
     assert (tries.unpartition().numpy() >= rounds).all()
