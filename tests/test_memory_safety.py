@@ -309,3 +309,25 @@ def test_np_asarray_copies_the_values_and_never_views_the_memory():
         np.asarray(z)
     pending.sync()
     assert np.array_equal(np.asarray(z), np.full(16, 2.0))  # (inc: x + 1)
+
+
+def test_np_asarray_is_checked_through_every_path_to_the_memory():
+    """``np.asarray`` of a DLPack twin of a tensor a pending launch writes is refused as the
+    tensor's own read is; of a moved tensor it names the move; of a ``.shared()`` result it is a
+    copy, and writing that copy leaves the read-only result as it was."""
+    from tilesafe.errors import MovedError
+    z = ts.zeros(16, device="cpu").sync()
+    twin = ts.from_dlpack(z)
+    pending = inc(ts.borrow_mut(z).partition(4), _ones())
+    with pytest.raises(BorrowError, match="mutably borrowed by the pending launch of 'inc'"):
+        np.asarray(twin)
+    pending.sync()
+    moved = ts.zeros(16, device="cpu").sync()
+    moved.partition(4)
+    with pytest.raises(MovedError, match="was moved at"):
+        np.asarray(moved)
+    shared = inc(ts.zeros(16, device="cpu").sync().partition(4), _ones()).shared().sync()
+    result = shared.z.unpartition()
+    copy = np.asarray(result)
+    copy[:] = -5.0
+    assert np.array_equal(np.asarray(result), np.full(16, 2.0))  # (inc: x + 1)

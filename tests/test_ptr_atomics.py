@@ -23,8 +23,8 @@ import tilesafe as ts
 import tilesafe.core as tc
 from conftest import marker_line
 from tilesafe.driver.device import default_device
-from tilesafe.errors import (CompileError, DTypeError, KernelRuntimeError, ShapeError,
-                             UnsafeError)
+from tilesafe.errors import (CompileError, DTypeError, KernelRuntimeError, PositionsError,
+                             ShapeError, UnsafeError)
 
 FILE = os.path.abspath(__file__)
 TILE = 16
@@ -508,3 +508,30 @@ def test_lowered_to_one_acquire_release_atomic_each_in_the_token_chain(tmp_path)
         assert after[1] == before[2], chain
     # masked-off lanes read the padding
     assert len(re.findall(r"= select ", text)) >= 2
+
+
+@ts.kernel
+def claim_rows(cache: tc.MutTensor[tc.f32, (4,)], flags: tc.Ptr[tc.i32],
+               rows: tc.Tensor[tc.f32, (-1,)]):
+    """Write a row at its position and claim its flag: a compare-and-swap beside an indexed
+    partition."""
+    i, _, _ = tc.get_tile_block_id()
+    cache.store(rows.partition((4,)).load(i))
+    tc.atomic_cas_ptr(flags, i, 0, 1)
+
+
+def test_a_launch_refused_for_its_positions_swaps_nothing():
+    """Rule 11's "nothing written" covers the pointer atomics of the launch (on a GPU the whole
+    body waits for the positions' verdict: ``tests/tileir/test_indexed_verdict.py``)."""
+    cache = ts.zeros((16,), ts.float32).sync()
+    flags = ts.zeros((3,), ts.int32).sync()
+    rows = ts.tensor(np.arange(12, dtype=np.float32)).sync()
+    repeated = ts.tensor(np.array([1, 1, 2], np.int32)).sync()
+    with ts.unsafe():
+        with pytest.raises(PositionsError, match="names the same tile"):
+            claim_rows(ts.borrow_mut(cache).partition(4, at=repeated), flags, rows).sync()
+        assert np.all(flags.numpy() == 0) and np.all(cache.numpy() == 0)
+        good = ts.tensor(np.array([3, 0, 2], np.int32)).sync()
+        claim_rows(ts.borrow_mut(cache).partition(4, at=good), flags, rows).sync()
+    assert flags.numpy().tolist() == [1, 1, 1]
+    assert cache.numpy()[12:].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -33,14 +33,27 @@ def indexed_and_atomic(cache: tc.MutTensor[tc.f32, (4,)], total: tc.AtomicTensor
     total.atomic_add(row, tc.zeros((4,), tc.i32))
 
 
+@ts.kernel
+def indexed_and_cas(cache: tc.MutTensor[tc.f32, (4,)], flags: tc.Ptr[tc.i32],
+                    rows: tc.Tensor[tc.f32, (-1,)]):
+    i, _, _ = tc.get_tile_block_id()
+    cache.store(rows.partition((4,)).load(i))
+    tc.atomic_cas_ptr(flags, i, 0, 1)
+
+
 def _ir(kern, indexed, second):
     cache = ts.zeros((32,), ts.float32, device="cpu").sync()
     rows = ts.tensor(np.arange(12, dtype=np.float32), device="cpu").sync()
     at = ts.tensor(np.array([5, 1, 2], np.int32), device="cpu").sync()
     first = ts.borrow_mut(cache).partition(4, at=at) if indexed else \
         ts.borrow_mut(cache[:12]).partition(4)
-    kern(first, second(), rows).sync()
+    with ts.unsafe():  # (the pointer kernel; the safe ones need no permission)
+        kern(first, second(), rows).sync()
     return list(kern._ir_cache.values())[-1]
+
+
+def _flags():
+    return ts.zeros((4,), ts.int32, device="cpu").sync()
 
 
 def _copy():
@@ -80,11 +93,14 @@ def test_the_ordinary_store_of_an_indexed_kernel_takes_the_verdict(monkeypatch):
     atomic = _selects(monkeypatch, _ir(indexed_and_atomic, True, lambda: ts.atomic(
         ts.zeros((4,), ts.float32, device="cpu").sync())))
     assert atomic[1] == alone[1] + 1
+    # a raw-pointer compare-and-swap writes outside the partitions too: the same branch
+    assert _selects(monkeypatch, _ir(indexed_and_cas, True, _flags))[1] == alone[1] + 1
 
 
 @pytest.mark.parametrize("kern, second", [
     (indexed_and_plain, _copy),
     (indexed_and_atomic, lambda: ts.atomic(ts.zeros((4,), ts.float32, device="cpu").sync())),
+    (indexed_and_cas, _flags),
 ])
 def test_indexed_kernels_with_other_outputs_assemble_for_sm_90(kern, second):
     try:
