@@ -98,6 +98,30 @@ def test_a_borrow_blocked_by_marked_work_says_how_to_wait_for_it():
     z.numpy()
 
 
+def test_completed_work_on_every_torch_stream_of_the_device_is_released(monkeypatch):
+    """A call with torch tensors releases the completed marked work of every torch stream of
+    its device, not only its own (two streams stand in for torch's default and side streams;
+    ``tests/gpu/test_gpu_kernels_torch.py`` runs the real ones), and only of that device."""
+    from tilesafe.kernels import _torch
+    default, side, other = ts.Stream("cpu"), ts.Stream("cpu"), ts.Stream("cpu")
+    monkeypatch.setattr(_torch, "_STREAMS", {(0, 1): default, (0, 2): side, (1, 3): other})
+    written = []
+    for stream in (default, other):
+        z = ts.zeros((2, 4)).sync()
+        _scaled(ts.borrow_mut(z).partition((1, 4)), ts.ones((2, 4)).sync(), 1.0)._enqueue(
+            stream, None)
+        stream.mark()
+        written.append(z)
+    with pytest.raises(ts.BorrowError):
+        written[0].numpy()
+    _torch._release_completed(0)  # (a call on the side stream of device 0)
+    assert np.array_equal(written[0].numpy(), np.ones((2, 4), np.float32))
+    with pytest.raises(ts.BorrowError):  # device 1's work is left to its own calls
+        written[1].numpy()
+    _torch.release_completed()
+    written[1].numpy()
+
+
 def test_release_recorded_ends_loans_and_keeps_selected_items():
     stream = ts.Stream("cpu")
     z = ts.zeros((2, 4)).sync()
