@@ -74,3 +74,21 @@ def test_a_batch_on_the_gpu_decodes_each_prompt_as_alone(checkpoint):
     want = [alone.generate([prompt], 8)[0] for prompt in PROMPTS]
     engine = Qwen3Engine(checkpoint, device=GPU, max_seq=64, batch=3)
     assert engine.generate(PROMPTS, 8) == want
+
+
+def test_the_recorded_step_at_4b_shapes_is_deterministic(tmp_path):
+    """Two layers of Qwen3-4B's shapes (the shipped GEMV configs of its projections and LM
+    head): 64 greedy tokens twice from one recorded step, then from an engine recorded anew,
+    are the same tokens. Random weights leave the logits nearly tied, so a result that
+    changed between replays (a race) would change the tokens within a few steps: a GEMV
+    variant whose loop trip count was compiled in did, inside the 4b step
+    (benchmarks/results/h200-2026-12-02b/)."""
+    import dataclasses
+    from tilesafe.models.qwen3.config import named
+    config = dataclasses.replace(named("qwen3-4b"), num_hidden_layers=2)
+    directory = write_random(config, tmp_path / "two-layers", seed=4, progress=False)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, config.vocab_size, 64)]
+    engine = Qwen3Engine(directory, device=GPU, max_seq=256)
+    first = engine.generate([prompt], 64)[0]
+    assert engine.generate([prompt], 64)[0] == first
+    assert Qwen3Engine(directory, device=GPU, max_seq=256).generate([prompt], 64)[0] == first
