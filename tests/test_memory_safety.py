@@ -87,6 +87,20 @@ def test_while_a_launch_writes_an_import_its_twin_cannot_be_read_or_written():
     assert np.array_equal(t2.numpy(), np.full(16, 2.0))  # inc wrote x + 1
 
 
+def test_an_export_refused_inside_torch_names_the_users_call_not_torchs_code():
+    """``torch.from_dlpack(t)`` calls the tensor's ``__dlpack__`` from torch's own Python
+    code; the BorrowError it raises while a launch writes ``t`` names the user's line, as
+    ``t.numpy()`` would."""
+    torch = pytest.importorskip("torch")
+    t = ts.zeros(16, device="cpu").sync()
+    op = inc(ts.borrow_mut(t).partition(4), _ones())
+    with pytest.raises(BorrowError, match=rf"{_at('torch import')}: cannot export it through "
+                                          "DLPack: its memory is mutably borrowed"):
+        torch.from_dlpack(t)  # <- torch import
+    op.sync()
+    assert torch.from_dlpack(t).tolist() == [2.0] * 16
+
+
 def test_memory_imported_for_two_devices_is_one_memory():
     """Host and device addresses are one space (CUDA's unified addressing), so memory a GPU
     reaches at its host address (pinned or managed memory), imported once as ``cpu`` and once
