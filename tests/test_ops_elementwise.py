@@ -835,3 +835,108 @@ def test_int_to_float_is_correctly_rounded_property(src, dst, data):
     z, _ = convert_k(z, ts.tensor(np.array(vals, dtype=src.storage), src)).sync()
     out = z.unpartition().numpy().astype(np.float64)
     np.testing.assert_array_equal(out, [round_exact(v, dst) for v in vals])
+
+
+# ---------------------------------------------------------------------------------------------
+# fused multiply-add
+
+
+@ts.kernel
+def fma_k(z: tc.MutTensor[tc.f32, "S"], a: tc.Tensor[tc.f32, (-1, -1)],
+          b: tc.Tensor[tc.f32, (-1, -1)], c: tc.Tensor[tc.f32, (-1, -1)]):
+    z.store(tc.fma(tc.load_tile_like(a, z), tc.load_tile_like(b, z), tc.load_tile_like(c, z)))
+
+
+@ts.kernel
+def fma_scalars_k(z: tc.MutTensor[tc.f32, "S"], a: tc.Tensor[tc.f32, (-1, -1)], k: float):
+    z.store(tc.fma(tc.load_tile_like(a, z), k, 0.25))
+
+
+def _fma_reference(a, b, c) -> np.ndarray:
+    """``a * b + c`` of f32 values, exact (Fractions), rounded once to f32; a zero keeps the
+    sign IEEE gives an exact zero sum (-0 only when both terms are -0)."""
+    out = []
+    for x, y, w in zip(np.ravel(a), np.ravel(b), np.ravel(c)):
+        x, y, w = float(x), float(y), float(w)
+        exact = Fraction(x) * Fraction(y) + Fraction(w)
+        if exact == 0:
+            product_negative = math.copysign(1.0, x) * math.copysign(1.0, y) < 0
+            both_negative = product_negative and math.copysign(1.0, w) < 0
+            out.append(-0.0 if both_negative else 0.0)
+        else:
+            out.append(round_exact(exact, ts.float32))
+    return np.array(out, np.float32).reshape(np.shape(a))
+
+
+def _f32(*values):
+    return np.array(values, np.float32).reshape(1, -1)
+
+
+def test_fma_rounds_once_bit_for_bit(rng):
+    """Random operands over wide magnitudes (subnormal products and sums included), and sums
+    that a float64 sum would round onto an f32 halfway point: each result is the exact
+    ``a * b + c`` rounded once."""
+    shape = SHAPE
+    scale = np.exp2(rng.integers(-80, 60, (3,) + shape)).astype(np.float64)
+    a, b, c = (dtype_values(rng.uniform(-1, 1, shape) * s, ts.float32) for s in scale)
+    a[0, :2], b[0, :2], c[0, :2] = 3.0, (0.5, -0.5), (-1.5, 1.5)  # exact zeros
+    c[1, :4] = dtype_values(-a[1, :4] * b[1, :4], ts.float32)  # near-cancellations
+    got = run(fma_k, ts.float32, [(a, ts.float32), (b, ts.float32), (c, ts.float32)])
+    want = _fma_reference(a, b, c)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_fma_decides_the_halfway_points_a_double_rounding_gets_wrong():
+    """a * b is 2**-24 - 2**-60 (rounded to float64: 2**-24) and c = 1 + 2**-23: the exact sum
+    lies just below the halfway point between 1 + 2**-23 and 1 + 2**-22, so the fused result
+    is 1 + 2**-23 (a float64 sum rounded to f32 would tie to 1 + 2**-22). Likewise just above
+    a halfway point, and at the threshold past f32's largest value."""
+    big = float(np.finfo(np.float32).max)
+    a = _f32(2.0 ** -24 * (1 - 2.0 ** -18), -2.0 ** -24 * (1 - 2.0 ** -18), 2.0 ** 103)
+    b = _f32(1 + 2.0 ** -18, 1 + 2.0 ** -18, 1 - 2.0 ** -24)
+    c = _f32(1 + 2.0 ** -23, -1 - 2.0 ** -23, big)
+    z = ts.zeros((1, 3)).sync().partition((1, 4))
+    got = fma_k(z, *(ts.tensor(v).sync() for v in (a, b, c))).sync().z.unpartition().numpy()
+    assert got[0, 0] == np.float32(1 + 2.0 ** -23) and got[0, 1] == np.float32(-1 - 2.0 ** -23)
+    assert np.array_equal(got.view(np.uint32), _fma_reference(a, b, c).view(np.uint32))
+    naive = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert naive[0, 0] == np.float32(1 + 2.0 ** -22)  # (what the test guards against)
+
+
+def test_fma_special_values_and_weak_scalars(rng):
+    a = _f32(np.inf, np.nan, 0.0, -0.0, 3.0, 1e38)
+    b = _f32(0.0, 1.0, -1.0, 1.0, np.inf, 10.0)
+    c = _f32(1.0, 1.0, 0.0, -0.0, -np.inf, 0.0)
+    z = ts.zeros((1, 6)).sync().partition((1, 8))
+    got = fma_k(z, *(ts.tensor(v).sync() for v in (a, b, c))).sync().z.unpartition().numpy()
+    # (-0 * 1 + -0 is -0; 0 * -1 + 0 is +0; 1e38 * 10 overflows)
+    want = np.array([[np.nan, np.nan, 0.0, -0.0, np.nan, np.inf]], np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~np.isnan(got)].view(np.uint32), want[~np.isnan(want)].view(np.uint32))
+    x = dtype_values(rng.uniform(-8, 8, SHAPE), ts.float32)
+    got = run(fma_scalars_k, ts.float32, [(x, ts.float32)], 1.5)
+    assert np.array_equal(got, _fma_reference(x, np.full(SHAPE, 1.5), np.full(SHAPE, 0.25)))
+
+
+@ts.kernel
+def fma_typed_k(z: tc.MutTensor["T", "S"], a: tc.Tensor["T", (-1,)]):
+    x = tc.load_tile_like(a, z)
+    z.store(tc.fma(x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [ts.float16, ts.bfloat16, ts.float64, ts.int32])
+def test_fma_takes_f32_tiles_only(dtype):
+    z = ts.zeros((4,), dtype).sync().partition((4,))
+    with pytest.raises(DTypeError, match=f"fma does not accept {dtype.short} tiles \\(f32 only\\)"):
+        fma_typed_k(z, ts.zeros((4,), dtype).sync()).sync()
+
+
+_F32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_F32, _F32, _F32)
+def test_the_interpreters_fma_is_the_exact_result_rounded_once(a, b, c):
+    from tilesafe.compiler.ops.elementwise import fma_f32
+    got = fma_f32(np.float32(a), np.float32(b), np.float32(c)).reshape(1)
+    assert got.view(np.uint32) == _fma_reference([a], [b], [c]).view(np.uint32)

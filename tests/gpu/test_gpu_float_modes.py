@@ -74,3 +74,34 @@ def test_gpu_modes_agree_with_the_interpreter(mode, ulps):
         f" ({excess[worst]:.2f} of the allowed {allowed[normal][worst]:.1f} ulp)")
     subnormal = np.isfinite(w) & (w != 0) & ~normal  # (the fast forms keep no precision there)
     assert (np.abs(g[subnormal] - w[subnormal]) <= tiny).all()
+
+
+@ts.kernel
+def fused(z: tc.MutTensor[tc.f32, "S"], a: tc.Tensor[tc.f32, (-1,)], b: tc.Tensor[tc.f32, (-1,)],
+          c: tc.Tensor[tc.f32, (-1,)]):
+    z.store(tc.fma(tc.load_tile_like(a, z), tc.load_tile_like(b, z), tc.load_tile_like(c, z)))
+
+
+def test_fma_on_the_gpu_is_the_interpreters_bit_for_bit():
+    """One rounding on both devices, over wide magnitudes (subnormal products, overflow) and
+    at sums a float64 sum would round onto an f32 halfway point; ``a * b + c`` written out
+    rounds twice and differs from it somewhere in these inputs."""
+    rng = np.random.default_rng(11)
+    a, b, c = ((rng.uniform(-1, 1, N) * np.exp2(rng.integers(-90, 64, N))).astype(np.float32)
+               for _ in range(3))
+    a[:3] = [2.0 ** -24 * (1 - 2.0 ** -18), -2.0 ** -24 * (1 - 2.0 ** -18), 3.0]
+    b[:3] = [1 + 2.0 ** -18, 1 + 2.0 ** -18, np.inf]
+    c[:3] = [1 + 2.0 ** -23, -1 - 2.0 ** -23, 1.0]
+
+    def run(device):
+        z = ts.full(N, np.nan, ts.float32, device=device).sync()
+        out, *_ = fused(z.partition(1024), *(ts.tensor(v, device=device).sync()
+                                             for v in (a, b, c))).sync()
+        return out.unpartition().numpy()
+    want, got = run("cpu"), run(GPU)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    keep = ~np.isnan(want)
+    assert np.array_equal(got[keep].view(np.uint32), want[keep].view(np.uint32))
+    assert got[0] == np.float32(1 + 2.0 ** -23)
+    twice = (a * b + c)[keep]  # (numpy: f32 products and sums, each rounded)
+    assert not np.array_equal(twice.view(np.uint32), want[keep].view(np.uint32))

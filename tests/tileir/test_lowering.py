@@ -197,6 +197,7 @@ def arithmetic(z: tc.MutTensor[tc.f32, (128,)], xi8: tc.Tensor[tc.i8, (-1,)],
     for x in (xf16, xbf16, xf32, xf64):
         t = tc.load_tile_like(x, z)
         acc = acc + float_arith(t, t * 0.5).astype(tc.f32)
+    acc = tc.fma(acc, 0.5, tc.load_tile_like(xf32, z))
     b = tc.load_tile_like(xb, z)
     logic = (b & ~b) | (b ^ tc.maximum(b, ~b)) | tc.minimum(b, b) | (b < ~b) | (b >= b)
     z.store(tc.where(logic, acc, 1.0))

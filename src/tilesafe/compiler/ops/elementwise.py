@@ -10,6 +10,8 @@ Semantics (the interpreter's, and what every backend must match):
   and rounded, which is the correctly rounded result for ``+ - * / sqrt``). Transcendentals
   (exp, log, sin, ...) are accurate to a few ulp on the GPU, correctly rounded here.
 * ``maximum``/``minimum`` propagate NaN. Comparisons with NaN are False except ``!=``.
+* ``fma(a, b, c)`` is ``a * b + c`` rounded once (f32 tiles): a GPU's fused multiply-add,
+  which ``a * b + c`` never becomes by itself (that rounds twice, on every device).
 
 Python numbers and weak runtime scalars (``float``/``int`` parameters) adapt to the dtype of
 the tile they meet (``compiler.builder`` states the rule); the scalar result of an op on weak
@@ -313,6 +315,65 @@ builtin("truediv", _build_truediv.__doc__, _build_truediv)
 for _name in ("maximum", "minimum"):
     _builder = _extremum_builder(_name)
     builtin(_name, _builder.__doc__, _builder)
+
+# ---------------------------------------------------------------------------------------------
+# fused multiply-add
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` for f32 arrays, rounded once to f32 (to nearest, ties to even).
+
+    The product of two f32 values is exact in f64. The f64 sum ``s`` is rounded, and its error
+    ``e`` (``s + e`` is the exact sum, ``TwoSum``) decides the one case where rounding ``s`` to
+    f32 could differ from rounding the exact sum: ``s`` exactly halfway between two f32 values,
+    where the exact sum lies on ``e``'s side of it. Overflow to infinity follows the same rule,
+    with 2**128 as the value past f32's largest."""
+    a64, b64, c64 = (np.asarray(v, np.float64) for v in (a, b, c))
+    with np.errstate(all="ignore"):
+        p = a64 * b64
+        s = p + c64
+        virtual = s - p
+        e = (p - (s - virtual)) + (c64 - virtual)
+        r = s.astype(np.float32)
+        near = np.where(np.isinf(r) & np.isfinite(s), np.copysign(2.0 ** 128, s),
+                        r.astype(np.float64))
+        toward = np.where(s > near, np.inf, -np.inf).astype(np.float32)
+        start = np.where(np.isinf(r), np.copysign(np.finfo(np.float32).max, s),
+                         r).astype(np.float32)
+        other = np.where(np.isinf(r), start, np.nextafter(r, toward))
+        halfway = (s != near) & (s == (near + other.astype(np.float64)) / 2)
+        beyond = np.sign(e) == np.sign(other.astype(np.float64) - near)
+        fixed = halfway & (e != 0) & beyond & np.isfinite(e)
+        return np.where(fixed, other, r).astype(np.float32)
+
+
+def _fma_rule(types, attrs):
+    t = same_type("fma", tiles("fma", types, 3))
+    if t.dtype is not dt.float32:
+        raise DTypeError(f"fma does not accept {t.dtype.short} tiles (f32 only)",
+                         hint="convert first, e.g. tc.fma(a.astype(tc.f32), b.astype(tc.f32), "
+                         "c.astype(tc.f32)), or write a * b + c (two roundings)")
+    return (t,)
+
+
+op("fma", "a * b + c with one rounding (f32).", _fma_rule,
+   lambda ctx, attrs, a, b, c: fma_f32(a, b, c))
+
+
+def _build_fma(b, x, y, z):
+    """fma(a, b, c) -> tile
+
+    ``a * b + c`` rounded once, elementwise with broadcasting, for f32 tiles: the GPU's fused
+    multiply-add, one instruction where ``a * b + c`` takes two and rounds twice. The result
+    can differ from ``a * b + c`` in the last bit (it is the more accurate of the two); the
+    interpreter computes the same single rounding, so both devices agree. Python scalars adapt
+    to the tiles' dtype; the tiles must share one (convert 16-bit tiles with .astype(tc.f32)).
+    """
+    vx, vy, vz = b.coerce([x, y, z], "fma")
+    return b.weak_result(b.emit1("fma", (vx, vy, vz)), (x, y, z))
+
+
+builtin("fma", _build_fma.__doc__, _build_fma)
 
 # ---------------------------------------------------------------------------------------------
 # select

@@ -113,6 +113,13 @@ lowers("sub")(_arith("subf", "subi"))
 lowers("mul")(_arith("mulf", "muli"))
 
 
+@lowers("fma")
+def lower_fma(lw: LoweringContext, op: Operation) -> None:
+    """One fused multiply-add, rounded to nearest (f32 only: the op's rule)."""
+    a, b, c = lw.operands(op)
+    lw.set_result(op, lw.fn.fma(a, b, c))
+
+
 @lowers("truediv")
 def lower_truediv(lw: LoweringContext, op: Operation) -> None:
     a, b = lw.operands(op)
