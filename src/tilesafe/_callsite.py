@@ -1,10 +1,11 @@
 """Finding the user's source line (the first stack frame outside the tilesafe package and
 outside the array libraries that call into it: ``torch.from_dlpack(t)`` runs tilesafe's
 ``__dlpack__`` from torch's own code, and an error there is the user's call of
-``torch.from_dlpack``), so host-side errors can say where the offending call was made. Cheap: it runs on every launch
-(a dict lookup per frame walked, keyed by file name). When the compiled fast path
-(``tilesafe._fastpath``) was built, ``caller_location`` is its C version of the same walk,
-sharing these caches; ``TILESAFE_COMPILED_PATH=0`` keeps the Python one."""
+``torch.from_dlpack``), so host-side errors can say where the offending call was made.
+Cheap: it runs on every launch (a dict lookup per frame walked, keyed by file name). When
+the compiled fast path (``tilesafe._fastpath``) was built, ``caller_location`` is its C
+version of the same walk, sharing these caches; ``TILESAFE_COMPILED_PATH=0`` keeps the Python
+one."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def _normal_tail(xf):
     element costs 32 instructions this way and 48 with each step written ``c + t * p`` (a
     multiply and an add: Tile IR never fuses them by itself)."""
     t = tc.truediv(1.0, tc.fma(tc.abs(xf), 0.5 * SQRT_HALF, 1.0), rounding="full")
-    p = tc.full(xf.shape, _HALF_ERFC_LOG2[9], tc.f32)
+    p = _HALF_ERFC_LOG2[9]
     for c in (_HALF_ERFC_LOG2[8], _HALF_ERFC_LOG2[7], _HALF_ERFC_LOG2[6], _HALF_ERFC_LOG2[5],
               _HALF_ERFC_LOG2[4], _HALF_ERFC_LOG2[3], _HALF_ERFC_LOG2[2], _HALF_ERFC_LOG2[1],
               _HALF_ERFC_LOG2[0]):

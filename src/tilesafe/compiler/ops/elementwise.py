@@ -338,9 +338,8 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         near = np.where(np.isinf(r) & np.isfinite(s), np.copysign(2.0 ** 128, s),
                         r.astype(np.float64))
         toward = np.where(s > near, np.inf, -np.inf).astype(np.float32)
-        start = np.where(np.isinf(r), np.copysign(np.finfo(np.float32).max, s),
-                         r).astype(np.float32)
-        other = np.where(np.isinf(r), start, np.nextafter(r, toward))
+        other = np.where(np.isinf(r), np.copysign(np.finfo(np.float32).max, s),
+                         np.nextafter(r, toward)).astype(np.float32)  # (r's neighbour by s)
         halfway = (s != near) & (s == (near + other.astype(np.float64)) / 2)
         beyond = np.sign(e) == np.sign(other.astype(np.float64) - near)
         fixed = halfway & (e != 0) & beyond & np.isfinite(e)
