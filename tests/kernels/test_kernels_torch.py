@@ -213,3 +213,33 @@ def test_workspaces_for_torch_operands_are_torch_tensors_the_calls_take():
     scores = torch.einsum("hgd,hnd->hgn", group, k_cache[0, :, :20].double()) / 8.0
     want = torch.einsum("hgn,hnd->hgd", scores.softmax(-1), v_cache[0, :, :20].double())
     assert float((out.double().view(2, 2, 64) - want).abs().max()) < 2e-2
+
+
+def test_a_capture_is_asked_of_the_calls_own_device(monkeypatch):
+    """torch capturing a graph on cuda:1 (the current device) does not make a call on cuda:0
+    tensors count as recorded: that call's launches run eagerly on cuda:0's stream, and
+    releasing their loans as if nothing ran would let the host touch memory the GPU still
+    writes. The CUDA side is simulated (no GPU needed): one current device, capturing on
+    device 1 only."""
+    from tilesafe.kernels import _torch
+    state = {"current": 1, "capturing": {0: False, 1: True}}
+
+    class device:  # torch.cuda.device: the current device within the block
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.saved, state["current"] = state["current"], self.index
+
+        def __exit__(self, *exc):
+            state["current"] = self.saved
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["current"])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing",
+                        lambda: state["capturing"][state["current"]])
+    monkeypatch.setattr(torch.cuda, "device", device)
+    assert _torch._capturing(torch.device("cuda", 1)) is True
+    assert _torch._capturing(torch.device("cuda", 0)) is False
+    assert state["current"] == 1  # (the current device is left as it was)
+    state["current"] = 0
+    assert _torch._capturing(torch.device("cuda", 1)) is True

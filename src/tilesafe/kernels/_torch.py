@@ -131,7 +131,7 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         return mine
 
     stream = _stream_of(device)
-    capturing = stream is not None and torch.cuda.is_current_stream_capturing()
+    capturing = stream is not None and _capturing(device)
     if stream is not None and not capturing:  # (an event query would end torch's capture)
         _release_completed(device.index)
         reserve_fault_records(FAULT_RECORDS_AHEAD, device=f"cuda:{device.index}")
@@ -156,6 +156,17 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         else:
             stream.mark()
     return _to_torch(result, back)
+
+
+def _capturing(device: Any) -> bool:
+    """Whether torch captures a CUDA graph on its current stream of the cuda ``device`` (the
+    stream the call's launches go to), whichever device is current: a call on cuda:0 while
+    torch captures on cuda:1 runs eagerly, and must keep its loans until it completes."""
+    import torch
+    if torch.cuda.current_device() == device.index:
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device.index):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def _stream_of(device: Any) -> Any:
