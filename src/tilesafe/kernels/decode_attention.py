@@ -20,7 +20,7 @@ May import the host layer, ``kernel``, ``autotune``, ``core`` and ``kernels._*``
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tilesafe.core as tc
 
@@ -195,44 +195,54 @@ def _partial_for(hints: Optional[dict]) -> Any:
 def _launch_decode(q3: Tensor, k4: Tensor, v4: Tensor, seq_lens: Tensor, out: Any,
                    shape: tuple, qk_scale: float, kv_heads: int, num_splits: Optional[int],
                    workspace: Optional[Tensor] = None, *, config: dict) -> DeviceOp:
-    programs, group, d = q3.shape
-    max_len = k4.shape[2]
+    programs, _, _ = q3.shape
     block = config["BN"]
-    splits = num_splits or choose_splits(programs, max_len, block, sm_count(q3.device))
+    splits = num_splits or choose_splits(programs, k4.shape[2], block, sm_count(q3.device))
+    partial = _partial_for(config.get("hints"))
+    return split_and_merge(
+        OP, lambda parts, lses: partial(parts, lses, q3, k4, v4, seq_lens, qk_scale, kv_heads,
+                                        BN=block),
+        q3, splits, out, shape, workspace,
+        "allocate it with decode_attention_workspace(q, k_cache, num_splits=...) and the "
+        "same num_splits")
+
+
+def split_and_merge(op: str, launch_partial: Callable[[Any, Any], DeviceOp], q3: Tensor,
+                    splits: int, out: Any, shape: tuple, workspace: Optional[Tensor],
+                    workspace_fix: str) -> DeviceOp:
+    """The split-K launches of a decode attention (this module's and the paged one's):
+    ``launch_partial(parts, lses)`` writes each split's normalized partial result and
+    log2-sum-exp into the two partitions, then the merge combines the ``splits`` of each
+    program into ``out`` (an output of ``shape``, new when None). The partials are the
+    caller's ``workspace`` (so that the call records into a graph; too small: an
+    ArgumentError with ``workspace_fix``) or new outputs. Returns the DeviceOp whose result is
+    the output."""
+    programs, group, d = q3.shape
     g = group_rows(group)
-    columns = merge_columns(splits, g, d)
     padded = args.next_power_of_two(splits)
-    target = args.output_partition(OP, out, shape, q3.shape, (1, g, columns), q3.dtype,
-                                   q3.device)
+    target = args.output_partition(op, out, shape, q3.shape,
+                                   (1, g, merge_columns(splits, g, d)), q3.dtype, q3.device)
     if workspace is not None:  # the partials in the caller's memory: recordable into graphs
         need = programs * splits * g * (d + 1)
         if workspace.size < need:
-            raise args.fail(OP, f"workspace holds {workspace.size} float32 values; this call "
-                            f"needs {need}", "allocate it with decode_attention_workspace("
-                            "q, k_cache, num_splits=...) and the same num_splits")
+            raise args.fail(op, f"workspace holds {workspace.size} float32 values; this call "
+                            f"needs {need}", workspace_fix)
         flat = workspace.reshape(workspace.size)
         parts_t = flat[:programs * splits * g * d].reshape(programs, splits * g, d)
         lses_t = flat[programs * splits * g * d:need].reshape(programs, splits * g, 1)
-        partial = _partial_for(config.get("hints"))(
-            borrow_mut(parts_t).partition((1, g, d)), borrow_mut(lses_t).partition((1, g, 1)),
-            q3, k4, v4, seq_lens, qk_scale, kv_heads, BN=block)
-        return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t,
-                                                                      SP=padded)
-                            ).then(lambda r: out if out is not None else
-                                   r.o.unpartition().reshape(shape))
-    parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
-                   op=OP).partition((1, g, d))
-    lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
-                  op=OP).partition((1, g, 1))
-    partial = _partial_for(config.get("hints"))(parts, lses, q3, k4, v4, seq_lens, qk_scale,
-                                                kv_heads, BN=block)
-
-    def merge(result: Any) -> DeviceOp:
-        return decode_attention_merge_kernel(target, result.o.unpartition(),
-                                             result.lse.unpartition(), SP=padded)
-
-    return partial.then(merge).then(
-        lambda r: out if out is not None else r.o.unpartition().reshape(shape))
+        partial = launch_partial(borrow_mut(parts_t).partition((1, g, d)),
+                                 borrow_mut(lses_t).partition((1, g, 1)))
+        merged = partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t,
+                                                                        SP=padded))
+    else:
+        parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
+                       op=op).partition((1, g, d))
+        lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
+                      op=op).partition((1, g, 1))
+        merged = launch_partial(parts, lses).then(
+            lambda r: decode_attention_merge_kernel(target, r.o.unpartition(),
+                                                    r.lse.unpartition(), SP=padded))
+    return merged.then(lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
 @workspace_accepts_torch

@@ -60,15 +60,14 @@ from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
 from ..dtypes import float32, int32
 from ..host.factory import empty
-from ..host.tensor import Tensor, borrow_mut
+from ..host.tensor import Tensor
 from ..kernel import function, kernel
 from . import _attention_args as args
 from ._online_softmax import rescaled_scores, store_split
-from ._outputs import Output
 from ._rowwise import WarpVariants
 from ._torch import accepts_torch, workspace_accepts_torch
 from .decode_attention import (choose_splits, decode_attention_merge_kernel, group_rows,
-                               merge_columns, sm_count)
+                               sm_count, split_and_merge)
 
 OP = "paged_decode_attention"
 #: the layout of the paged caches, as the messages name it
@@ -262,45 +261,17 @@ def _launch_paged(q3: Tensor, k4: Tensor, v4: Tensor, seq_lens: Tensor, block_ta
                   out: Any, shape: tuple, qk_scale: float, kv_heads: int,
                   num_splits: Optional[int], workspace: Optional[Tensor] = None, *,
                   config: dict) -> DeviceOp:
-    programs, group, d = q3.shape
+    programs, _, _ = q3.shape
     capacity = block_table.shape[1] * k4.shape[1]
     block, whole = key_tile(config["BN"], k4.shape[1])
     splits = num_splits or choose_splits(programs, capacity, block, sm_count(q3.device))
-    g = group_rows(group)
-    padded = args.next_power_of_two(splits)
-    target = args.output_partition(OP, out, shape, q3.shape,
-                                   (1, g, merge_columns(splits, g, d)), q3.dtype, q3.device)
-    partial_kernel = _partial_for(whole, config.get("hints"))
-    if workspace is not None:  # the partials in the caller's memory: recordable into graphs
-        need = programs * splits * g * (d + 1)
-        if workspace.size < need:
-            raise args.fail(OP, f"workspace holds {workspace.size} float32 values; this call "
-                            f"needs {need}", "allocate it with paged_decode_attention_"
-                            "workspace(q, k_cache, block_table, num_splits=...) and the same "
-                            "num_splits")
-        flat = workspace.reshape(workspace.size)
-        parts_t = flat[:programs * splits * g * d].reshape(programs, splits * g, d)
-        lses_t = flat[programs * splits * g * d:need].reshape(programs, splits * g, 1)
-        partial = partial_kernel(
-            borrow_mut(parts_t).partition((1, g, d)), borrow_mut(lses_t).partition((1, g, 1)),
-            q3, k4, v4, seq_lens, block_table, qk_scale, kv_heads, BN=block)
-        return partial.then(lambda r: decode_attention_merge_kernel(target, parts_t, lses_t,
-                                                                      SP=padded)
-                            ).then(lambda r: out if out is not None else
-                                   r.o.unpartition().reshape(shape))
-    parts = Output(None, (programs, splits * g, d), float32, q3.device, name="partials",
-                   op=OP).partition((1, g, d))
-    lses = Output(None, (programs, splits * g, 1), float32, q3.device, name="partials",
-                  op=OP).partition((1, g, 1))
-    partial = partial_kernel(parts, lses, q3, k4, v4, seq_lens, block_table, qk_scale,
-                             kv_heads, BN=block)
-
-    def merge(result: Any) -> DeviceOp:
-        return decode_attention_merge_kernel(target, result.o.unpartition(),
-                                             result.lse.unpartition(), SP=padded)
-
-    return partial.then(merge).then(
-        lambda r: out if out is not None else r.o.unpartition().reshape(shape))
+    partial = _partial_for(whole, config.get("hints"))
+    return split_and_merge(
+        OP, lambda parts, lses: partial(parts, lses, q3, k4, v4, seq_lens, block_table,
+                                        qk_scale, kv_heads, BN=block),
+        q3, splits, out, shape, workspace,
+        "allocate it with paged_decode_attention_workspace(q, k_cache, block_table, "
+        "num_splits=...) and the same num_splits")
 
 
 @workspace_accepts_torch
