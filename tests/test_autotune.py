@@ -13,6 +13,7 @@ import pytest
 import tilesafe as ts
 import tilesafe.core as tc
 from tilesafe import autotune as at
+from tilesafe._callsite import caller_location
 from tilesafe.autotune import keys, store, timing
 from tilesafe.cli import main as cli_main
 
@@ -240,6 +241,27 @@ def test_arguments_failing_a_run_time_check_raise_that_error_untuned(fake, cache
     lookup(x, ts.tensor(np.array(good, np.int32)).sync(), out).sync()
     assert len(stored_entries(cache)) == 1
     np.testing.assert_array_equal(out.numpy(), host[good])
+
+
+def test_a_host_check_every_config_fails_raises_that_error_untuned(fake, cache, capsys):
+    """A launch function that refuses the call's arguments (an ``out=`` of the wrong shape,
+    checked on the host before any kernel) refuses them under every config: the call raises
+    that ArgumentError, naming the caller's line, as an untuned call would (not a
+    TuningError that blames the configs), and nothing is stored."""
+    @ts.autotune(configs=CONFIGS, key=lambda x, out, factor: (x.shape[1], x.dtype.name),
+                 kernels=(scale_rows,))
+    def launch_checked(x, out, factor, *, config):
+        if out.shape != x.shape:
+            raise ts.ArgumentError(f"out= has shape {out.shape}; this call writes {x.shape}",
+                                   caller_location(), hint="allocate out with x's shape")
+        return scale_rows(ts.borrow_mut(out).partition((config["rows"], BLOCK)), x, factor)
+    _, x = inputs()
+    wrong = ts.empty((ROWS, BLOCK // 2), ts.float32).sync()
+    with pytest.raises(ts.ArgumentError, match=r"out= has shape") as info:
+        launch_checked(x, wrong, 2.5)
+    assert info.value.location.file == __file__
+    assert {c["rows"] for c in fake.timed} == {1, 2, 4} and stored_entries(cache) == {}
+    assert "not tuning" in capsys.readouterr().err
 
 
 def test_a_config_error_beside_argument_check_failures_is_still_a_tuning_error(fake):

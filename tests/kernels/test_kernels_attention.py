@@ -89,6 +89,24 @@ def test_flash_attention_writes_out_with_a_scale(rng):
     _assert_close(out.numpy(), reference(q, k, v, scale=0.3), "bfloat16")
 
 
+def test_flash_attention_scores_below_f32s_normal_range_drop_out(rng):
+    """Exponentials in f32's subnormal range (base-2 logits -127 ... -149, where the kernel's
+    exponentials flush to zero) and below it, beside large values at those keys: the output
+    is still the float64 one (their weights times the values are far below f16's rounding)."""
+    logits = np.array([0.0, -126.5, -127.5, -130.0, -140.0, -148.0, -10.0, -200.0] * 9)
+    d = 64
+    q = np.zeros((1, 1, 3, d), np.float16)
+    q[..., 0] = 1.0
+    k = np.zeros((1, 1, logits.size, d), np.float16)
+    k[0, 0, :, 0] = logits * np.log(2.0)
+    v = rng.standard_normal((1, 1, logits.size, d)).astype(np.float16)
+    v[0, 0, (logits < -120) & (logits > -150)] = 60000.0
+    out = flash_attention(_tensor(q), _tensor(k), _tensor(v), scale=1.0).sync()
+    got = out.numpy()
+    assert np.isfinite(got).all()
+    _assert_close(got, reference(q, k, v, scale=1.0), "float16")
+
+
 def test_flash_attention_reads_an_engines_token_major_layout(rng):
     """(tokens, heads, d) buffers viewed as (1, heads, tokens, d): no copy."""
     q = _random(rng, (37, 4, 64), "float16")

@@ -38,11 +38,10 @@ Which config a call uses, in order:
 5. unless ``TILESAFE_AUTOTUNE=0`` (then the first config): tuning now. Every config is run
    once (compiled; a config that fails to compile or launch with a ``TilesafeError`` is
    skipped; :class:`~tilesafe.errors.TuningError` if all fail, unless every one failed a
-   run-time check of the arguments' data (:data:`ARGUMENT_CHECKS`: an id outside a table,
-   repeated positions): then the call runs the first config on its own arguments, raising
-   that error as an untuned call would, nothing is stored and one line on stderr says so),
-   then timed in interleaved
-   rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
+   check of the call's arguments (:data:`ARGUMENT_CHECKS`: an id outside a table, repeated
+   positions, an ``out=`` of the wrong shape): then the call runs the first config on its own
+   arguments, raising that error as an untuned call would, nothing is stored and one line on
+   stderr says so), then timed in interleaved rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
    says what was tuned and what won. A call whose arguments are DeviceOps not run yet, or
    made while torch captures a CUDA graph, cannot be timed: it uses the first config and
    stores nothing (tune before capturing: call once outside the capture, or ship a table).
@@ -86,10 +85,10 @@ MAX_RUNS = 100
 Key = Union[Callable[..., Hashable], Sequence[str]]
 
 
-#: errors of a timing run that say the arguments' data failed a run-time check (an index
-#: outside its tensor, a device assertion, positions repeated or outside their grid), not
-#: that the config is wrong
-ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError)
+#: errors of a timing run that say the call's arguments failed a check (an index outside its
+#: tensor, a device assertion, positions repeated or outside their grid, or a host check of
+#: the launch function such as an ``out=`` of the wrong shape), not that the config is wrong
+ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError, ArgumentError)
 
 
 class _ArgumentsFailed(Exception):
@@ -235,7 +234,7 @@ class Tuned:
         if data_failures == len(self.configs):  # (then nothing ran)
             print(f"tilesafe: not tuning {self.name} for key "
                   f"{self.key(*bound.args, **bound.kwargs)!r}: every config's run failed a "
-                  "run-time check of the arguments (the call raises it); nothing stored",
+                  "check of the arguments (the call raises it); nothing stored",
                   file=sys.stderr)
             raise _ArgumentsFailed()
         if not runs:

@@ -4,8 +4,10 @@ store a split's normalized partial result.
 
 ``online_softmax_step`` loads its value tile from a partition; ``rescaled_scores`` is its
 first half, for kernels that read their values otherwise (a paged cache's blocks), then
-``tc.mma(p, values, acc * alpha)``. (The contiguous kernels keep ``online_softmax_step`` as it
-is: its source is part of their shipped tuning entries' key.)
+``tc.mma(p, values, acc * alpha)``. (The decode kernels keep ``online_softmax_step`` as it is:
+its source is part of their shipped tuning entries' key.) ``online_softmax_step_unscaled`` is
+the prefill kernel's, for scores not yet scaled: compute-bound, it saves a multiply and the
+exponential's subnormal handling per score.
 
 May import the kernel decorator and the device language."""
 
@@ -25,6 +27,26 @@ def online_softmax_step(s, values, index, best, total, acc):
     new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True))
     p = tc.exp2(s - new_best)
     alpha = tc.exp2(best - new_best)
+    total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
+    vt = values.load(index).reshape((s.shape[1], acc.shape[1]))
+    acc = tc.mma(p.astype(vt.dtype), vt, acc * alpha)
+    return total, acc, new_best
+
+
+@function
+def online_softmax_step_unscaled(s, scale, values, index, best, total, acc):
+    """``online_softmax_step`` for scores ``s`` not yet multiplied by ``scale`` (the softmax
+    scale times log2(e), positive; masked keys ``-inf``): the multiply is folded into the
+    exponent's fused multiply-add, ``exp2(s * scale - best)`` rounded once, and the row
+    maximum is taken before scaling (equal, since rounding a product by a positive number
+    keeps its order). The exponentials flush results below f32's smallest normal (2**-126)
+    to zero, one instruction each instead of four: with the running maximum subtracted every
+    exponential is at most 1 and the sum at least 1, so what is dropped changes the output by
+    less than ``keys * 2**-126`` times the largest value's magnitude. Returns the new
+    ``(total, acc, best)``."""
+    new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True) * scale)
+    p = tc.exp2(tc.fma(s, scale, -new_best), flush_to_zero=True)
+    alpha = tc.exp2(best - new_best, flush_to_zero=True)
     total = total * alpha + tc.reduce_sum(p, 1, keepdims=True)
     vt = values.load(index).reshape((s.shape[1], acc.shape[1]))
     acc = tc.mma(p.astype(vt.dtype), vt, acc * alpha)
