@@ -164,6 +164,26 @@ def test_exact_gelu_keeps_its_relative_accuracy_in_the_negative_tail():
     assert np.all(np.isnan(out.numpy()[1]))  # the row outside the view is untouched
 
 
+def test_gelu_flushes_only_results_below_float32s_normal_range():
+    """Both forms flush float32 subnormals in their exponentials: the exact form's tail is
+    accurate down to x = -13 (8e-38) and zero past -13.2; the tanh form's is accurate at
+    -10 (1.2e-37) and zero from -10.1 (where its exponential, not yet the result, is
+    subnormal: what is lost is below |x| * 2**-126); the positive side is x itself."""
+    values = np.array([[-13.0, -13.3, -20.0, 30.0], [-10.0, -10.1, -20.0, 30.0]])
+    for row, approximate in enumerate(("none", "tanh")):
+        x = tensor(values[row:row + 1], ts.float32)
+        got = f64(gelu(x, approximate=approximate).sync())[0]
+        x64 = f64(x)[0]
+        # (the tanh form as x * sigmoid(2u): 1 + tanh(u) cancels to zero there in float64)
+        want = gelu_reference(f64(x), "none")[0] if approximate == "none" else x64 / (
+            1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+        assert abs(got[0] - want[0]) <= 1e-5 * abs(want[0]) and got[0] < 0
+        assert np.all(got[1:3] == 0.0) and np.all(np.abs(want[1:3]) < 2.0 ** -126 * 20)
+        assert got[3] == 30.0
+    tiny = tensor(np.array([[1e-39, -1e-39]]), ts.float32)
+    assert np.all(f64(gelu(tiny, approximate="tanh").sync()) == 0.0)
+
+
 def test_torch_tensors_in_and_out(rng):
     torch = pytest.importorskip("torch")
     x = torch.tensor(rng.standard_normal((4, 37)) * 3, dtype=torch.float32)

@@ -119,6 +119,10 @@ def silu_gated(g, u):
 
 SQRT_HALF = 0.7071067811865476
 TANH_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+#: the tanh form's exponent ``-2 log2(e) sqrt(2/pi) (x + 0.044715 x**3)`` as
+#: ``x * (_TANH_LINEAR + _TANH_CUBIC * x * x)``
+_TANH_LINEAR = -2.0 * LOG2E * TANH_SCALE
+_TANH_CUBIC = _TANH_LINEAR * 0.044715
 #: the Chebyshev fit of ``log(erfc(a) / t) + a*a`` in ``t = 1 / (1 + a/2)`` (lowest power
 #: first; relative error of ``erfc`` below 1.2e-7 for every ``a >= 0``)
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
@@ -134,29 +138,39 @@ def _normal_tail(xf):
     """``Phi(-|x|)``, the standard normal's lower tail at ``-|x|``, for an f32 tile ``xf``
     (relative error within about 2e-7, up to a few 1e-6 past |x| = 8 where f32's ``x*x``
     rounds): ``erfc(|x| / sqrt 2) / 2`` from the fit above. The reciprocal ``t`` is the GPU's
-    fast division (within 2 ulp; it moves the tail by less than the fit's own error), and the
-    polynomial's steps are fused multiply-adds (one rounding each, ``tc.fma``). GELU over a
-    large tensor is bound by its instructions, not by memory: compiled for sm_90, the whole
-    element costs 32 instructions this way and 48 with each step written ``c + t * p`` (a
-    multiply and an add: Tile IR never fuses them by itself)."""
-    t = tc.truediv(1.0, tc.fma(tc.abs(xf), 0.5 * SQRT_HALF, 1.0), rounding="full")
+    fast division (within 2 ulp; it moves the tail by less than the fit's own error; its
+    divisor is at least 1, so flushing subnormals changes nothing), the polynomial's steps are
+    fused multiply-adds (one rounding each, ``tc.fma``), and the exponential flushes results
+    below 2**-126 to zero (past ``|x|`` of about 13.2, where the tail is below 1e-38). GELU
+    over a large tensor is bound by its instructions, not by memory: compiled for sm_90 (a
+    4 x 1024 tile), the whole element costs 28 instructions this way, 37 with the exponential
+    and division handling subnormals, and 48 with each polynomial step written ``c + t * p``
+    (a multiply and an add: Tile IR never fuses them by itself)."""
+    t = tc.truediv(1.0, tc.fma(tc.abs(xf), 0.5 * SQRT_HALF, 1.0), rounding="approx",
+                   flush_to_zero=True)
     p = _HALF_ERFC_LOG2[9]
     for c in (_HALF_ERFC_LOG2[8], _HALF_ERFC_LOG2[7], _HALF_ERFC_LOG2[6], _HALF_ERFC_LOG2[5],
               _HALF_ERFC_LOG2[4], _HALF_ERFC_LOG2[3], _HALF_ERFC_LOG2[2], _HALF_ERFC_LOG2[1],
               _HALF_ERFC_LOG2[0]):
         p = tc.fma(t, p, c)
-    return t * tc.exp2(tc.fma(xf * (-0.5 * LOG2E), xf, p))
+    return t * tc.exp2(tc.fma(xf * (-0.5 * LOG2E), xf, p), flush_to_zero=True)
 
 
 @kernel
 def gelu_tiles(z: tc.MutTensor["T", ("R", "BC")], x: tc.Tensor["T", (-1, -1)],  # noqa: F821
                TANH: tc.Const[bool]):
     """``z = gelu(x)``: exact (``x * Phi(x)``, the normal CDF from ``_normal_tail``) or the
-    tanh approximation (``x * sigmoid(2u)``, with the GPU's fast division)."""
+    tanh approximation (``x * sigmoid(2u)``, with the GPU's fast division and f32 subnormals
+    flushed: 18 sm_90 instructions an element, 27 with the division's full range and
+    subnormals)."""
     xf = tc.load_tile_like(x, z).astype(tc.f32)
     if TANH:
-        inner = (xf + 0.044715 * xf * xf * xf) * TANH_SCALE
-        y = tc.truediv(xf, 1.0 + tc.exp2(inner * (-2.0 * LOG2E)), rounding="full")
+        # x / (1 + 2**w), as x * a / (1 + a) with a = 2**-w where w > 0 (x < 0): the divisor
+        # stays in [1, 2], where the fast division holds
+        w = xf * tc.fma(xf * xf, _TANH_CUBIC, _TANH_LINEAR)
+        a = tc.exp2(-tc.abs(w), flush_to_zero=True)
+        y = tc.truediv(tc.where(w > 0.0, xf * a, xf), 1.0 + a, rounding="approx",
+                       flush_to_zero=True)
     else:
         below = xf * _normal_tail(xf)  # x * Phi(-|x|)
         y = tc.where(xf < 0.0, below, xf - below)  # Phi(x) = 1 - Phi(-x) for x >= 0
@@ -316,7 +330,12 @@ def gelu(x: Tensor, *, approximate: str = "none", out: Optional[Tensor] = None) 
     past ``|x| = 8``, where float32's ``x * x`` rounds); ``"tanh"``: ``0.5 * x * (1 + tanh(
     sqrt(2 / pi) * (x + 0.044715 * x**3)))``, computed as ``x * sigmoid(2 * ...)``. Both use
     the GPU's fast division (within 2 ulp), so a GPU's float32 results can differ from the
-    interpreter's in the last bits.
+    interpreter's in the last bits. Both flush float32 subnormals (magnitudes below 2**-126)
+    to zero in their exponentials (and the tanh form in its division), on every device, so
+    what is lost is below ``|x| * 2**-126``: the exact form's negative tail reaches zero
+    below about ``x = -13.2`` (a float32 ``1 + erf(x / sqrt 2)`` is zero from about -5.7),
+    the tanh form's below about -10.0; a subnormal float32 or bfloat16 ``x`` gives zero in
+    the tanh form.
 
     Args:
         x: float16, bfloat16 or float32 tensor of any shape (rank >= 1).
