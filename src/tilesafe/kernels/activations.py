@@ -224,7 +224,12 @@ def _launch_silu_mul(gate: Tensor, up: Tensor, out: RowsOutput, *, config: dict)
     return _SILU_MUL.pick(tile, {"warps": 4, **config})(out.partition(tile), gate, up)
 
 
-@autotune(configs=ELEMENTWISE_CONFIGS, key=_tiles_key, kernels=(gelu_tiles,))
+def _gelu_key(x: Tensor, out: Any, tanh: bool, **_: Any) -> tuple:
+    # the two forms are two kernels (18 and 28 instructions an element): each its own winner
+    return _tiles_key(x) + (bool(tanh),)
+
+
+@autotune(configs=ELEMENTWISE_CONFIGS, key=_gelu_key, kernels=(gelu_tiles,))
 def _launch_gelu(x: Tensor, out: RowsOutput, tanh: bool, *, config: dict) -> DeviceOp:
     tile = _elementwise_tile(x, config)
     return _GELU.pick(tile, {"warps": 4, **config})(out.partition(tile), x, TANH=tanh)
