@@ -264,6 +264,26 @@ def test_a_host_check_every_config_fails_raises_that_error_untuned(fake, cache, 
     assert "not tuning" in capsys.readouterr().err
 
 
+@ts.kernel
+def copy_rows_of(z: tc.MutTensor[tc.f32, ("R", "N")], x: tc.Tensor[tc.f32, ("ROWS", -1)],
+                 ROWS: tc.Const[int]):
+    z.store(tc.load_tile_like(x, z))
+
+
+def test_a_kernel_refusing_every_configs_constants_is_a_tuning_error(fake):
+    """A config whose constants the kernel's signature refuses (an extent that does not fit
+    the input: an ExtentMismatchError, a kind of ArgumentError) is the config's error, not
+    the call's: with every config refused the call is a TuningError naming them."""
+    @ts.autotune(configs=CONFIGS, key=lambda x, out: x.shape)
+    def launch_wrong_rows(x, out, *, config):
+        return copy_rows_of(ts.borrow_mut(out).partition((config["rows"], BLOCK)), x,
+                            ROWS=100 * config["rows"])
+    _, x = inputs()
+    with pytest.raises(ts.TuningError, match=r"every config failed\n  config 0 "
+                       r"\{'rows': 1\}: ExtentMismatchError"):
+        launch_wrong_rows(x, scratch())
+
+
 def test_a_config_error_beside_argument_check_failures_is_still_a_tuning_error(fake):
     """Only when every config failed on the arguments' data does the call fall back: a
     config that fails for itself (a tile of 3 rows) keeps the TuningError, which lists the

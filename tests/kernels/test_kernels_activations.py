@@ -166,10 +166,10 @@ def test_exact_gelu_keeps_its_relative_accuracy_in_the_negative_tail():
 
 def test_gelu_flushes_only_results_below_float32s_normal_range():
     """Both forms flush float32 subnormals in their exponentials: the exact form's tail is
-    accurate down to x = -13 (8e-38) and zero past -13.2; the tanh form's is accurate at
-    -10 (1.2e-37) and zero from -10.1 (where its exponential, not yet the result, is
+    accurate down to x = -13.07 (3e-38) and zero from -13.09; the tanh form's is accurate at
+    -10 (1.2e-37) and zero from -10.01 (where its exponential, not yet the result, is
     subnormal: what is lost is below |x| * 2**-126); the positive side is x itself."""
-    values = np.array([[-13.0, -13.3, -20.0, 30.0], [-10.0, -10.1, -20.0, 30.0]])
+    values = np.array([[-13.07, -13.09, -20.0, 30.0], [-10.0, -10.01, -20.0, 30.0]])
     for row, approximate in enumerate(("none", "tanh")):
         x = tensor(values[row:row + 1], ts.float32)
         got = f64(gelu(x, approximate=approximate).sync())[0]

@@ -276,6 +276,11 @@ FLASH_MISUSE = [
      "flash_attention: scale must be a finite positive number, got nan"),
     (lambda: flash_attention(*_flash_inputs(), scale=-1.0),
      "flash_attention: scale must be a finite positive number, got -1.0"),
+    # a multiplier that rounds to float32 zero would make the masked keys' -inf * 0 a NaN
+    (lambda: flash_attention(*_flash_inputs(), scale=1e-47),
+     r"flash_attention: scale 1e-47 times log2\(e\) is outside float32's normal range"),
+    (lambda: flash_attention(*_flash_inputs(), scale=1e39),
+     r"flash_attention: scale 1e\+39 times log2\(e\) is outside float32's normal range"),
     (lambda: flash_attention(ts.zeros((8, 2, 2, 64), ts.float16).sync().permute((2, 1, 0, 3)),
                              *_flash_inputs((2, 2, 8, 64), (2, 1, 8, 64))[1:]),
      r"flash_attention: q of shape \(2, 2, 8, 64\) and strides \(64, 128, 256, 1\) cannot "

@@ -86,9 +86,16 @@ Key = Union[Callable[..., Hashable], Sequence[str]]
 
 
 #: errors of a timing run that say the call's arguments failed a check (an index outside its
-#: tensor, a device assertion, positions repeated or outside their grid, or a host check of
-#: the launch function such as an ``out=`` of the wrong shape), not that the config is wrong
-ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError, ArgumentError)
+#: tensor, a device assertion, positions repeated or outside their grid), not that the config
+#: is wrong; and a plain :class:`ArgumentError`, what a launch function's own host checks
+#: raise (an ``out=`` of the wrong shape). Its subclasses are not: a kernel refusing a
+#: config's constants (an extent, a dtype) is the config's error.
+ARGUMENT_CHECKS = (KernelRuntimeError, PositionsError)
+
+
+def _fails_the_arguments(err: Exception) -> bool:
+    """Whether ``err`` of a timing run says the call's arguments are wrong (above)."""
+    return isinstance(err, ARGUMENT_CHECKS) or type(err) is ArgumentError
 
 
 class _ArgumentsFailed(Exception):
@@ -228,7 +235,7 @@ class Tuned:
                 once = strategy.time_runs(config, maker(config), stream, 1)
             except TilesafeError as err:
                 failures[i] = f"{type(err).__name__}: {err}".replace("\n", "\n    ")
-                data_failures += isinstance(err, ARGUMENT_CHECKS)
+                data_failures += _fails_the_arguments(err)
                 continue
             runs[i] = max(1, min(MAX_RUNS, int(ROUND_MS / max(once, 1e-6))))
         if data_failures == len(self.configs):  # (then nothing ran)

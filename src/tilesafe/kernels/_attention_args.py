@@ -23,6 +23,8 @@ DTYPES = (float16, bfloat16)
 HEAD_DIMS = (64, 128)
 #: log2(e): the kernels compute softmax in exp2 with this folded into the scale
 LOG2E = 1.4426950408889634
+#: float32's smallest normal and largest finite numbers
+F32_SMALLEST_NORMAL, F32_LARGEST = 2.0 ** -126, 3.4028234663852886e38
 
 
 def fail(op: str, message: str, hint: str) -> ArgumentError:
@@ -82,13 +84,20 @@ def check_heads(op: str, q_heads: int, kv_heads: int) -> int:
 
 
 def softmax_scale(op: str, scale: Optional[float], d: int) -> float:
-    """``scale`` (default ``1/sqrt(d)``), checked finite and positive."""
+    """``scale`` (default ``1/sqrt(d)``), checked finite and positive, and such that the
+    kernels' multiplier ``scale * log2(e)`` is a normal float32 (a multiplier that rounds to
+    zero or infinity makes the masked keys' ``-inf`` scores NaN)."""
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
             or not math.isfinite(scale) or scale <= 0:
         raise fail(op, f"scale must be a finite positive number, got {scale!r}",
                    "leave scale out for 1/sqrt(head dimension)")
+    if not F32_SMALLEST_NORMAL <= scale * LOG2E <= F32_LARGEST:
+        raise fail(op, f"scale {scale!r} times log2(e) is outside float32's normal range "
+                   "(1.2e-38 ... 3.4e38), where the kernels compute with it",
+                   "use a scale between 1e-38 and 1e38 (leave it out for 1/sqrt(head "
+                   "dimension))")
     return float(scale)
 
 

@@ -1,13 +1,14 @@
-"""The online-softmax step the attention kernels share (device functions, inlined): fold one
+"""The online-softmax steps of the attention kernels (device functions, inlined): fold one
 tile of base-2 scores into a running maximum, sum of exponentials and weighted values, and
 store a split's normalized partial result.
 
 ``online_softmax_step`` loads its value tile from a partition; ``rescaled_scores`` is its
 first half, for kernels that read their values otherwise (a paged cache's blocks), then
 ``tc.mma(p, values, acc * alpha)``. (The decode kernels keep ``online_softmax_step`` as it is:
-its source is part of their shipped tuning entries' key.) ``online_softmax_step_unscaled`` is
-the prefill kernel's, for scores not yet scaled: compute-bound, it saves a multiply and the
-exponential's subnormal handling per score.
+its source is part of their shipped tuning entries' key.) ``online_softmax_step_unscaled``
+folds scores not yet scaled, the multiply inside the exponent's fma and the exponentials
+flushing subnormals (the prefill kernel's: one multiply and the subnormal handling fewer a
+score).
 
 May import the kernel decorator and the device language."""
 
@@ -41,9 +42,11 @@ def online_softmax_step_unscaled(s, scale, values, index, best, total, acc):
     maximum is taken before scaling (equal, since rounding a product by a positive number
     keeps its order). The exponentials flush results below f32's smallest normal (2**-126)
     to zero, one instruction each instead of four: with the running maximum subtracted every
-    exponential is at most 1 and the sum at least 1, so what is dropped changes the output by
-    less than ``keys * 2**-126`` times the largest value's magnitude. Returns the new
-    ``(total, acc, best)``."""
+    exponential is at most 1 (a few ulp above it, from the product's rounding) and the sum
+    at least 1, so what is dropped changes the output by less than ``keys * 2**-126`` times
+    the largest value's magnitude. ``scale`` must round to a positive f32 (a zero would make
+    the masked keys' ``-inf * 0`` a NaN; ``_attention_args.softmax_scale`` refuses smaller
+    scales). Returns the new ``(total, acc, best)``."""
     new_best = tc.maximum(best, tc.reduce_max(s, 1, keepdims=True) * scale)
     p = tc.exp2(tc.fma(s, scale, -new_best), flush_to_zero=True)
     alpha = tc.exp2(best - new_best, flush_to_zero=True)
