@@ -24,6 +24,7 @@ for stage in ${STAGES:-gpu flash gelu}; do
     flash) timeout ${FLASH_S:-300} python3 $R/flash_fma.py $OUT 2>&1 | tee $OUT/flash_fma.txt ;;
     lazy) timeout ${FLASH_S:-300} python3 $R/flash_fma.py $OUT lazy 2>&1 | tee $OUT/flash_lazy.txt ;;
     pipelined) timeout ${FLASH_S:-300} python3 $R/flash_fma.py $OUT pipelined 2>&1 | tee $OUT/flash_pipelined.txt ;;
+    silu) timeout ${SILU_S:-120} python3 $R/silu_gemv.py 2>&1 | tee $OUT/silu_gemv.txt | tail -14 ;;
     embed) timeout ${EMBED_S:-150} python3 $R/embed_check.py $OUT 2>&1 | tee $OUT/embed.txt | tail -20 ;;
     gelu) timeout ${GELU_S:-150} python3 $R/gelu_check.py $OUT 2>&1 | tee $OUT/gelu.txt | tail -25 ;;
     tune) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
