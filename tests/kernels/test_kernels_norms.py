@@ -283,3 +283,11 @@ def test_small_launches_spread_over_more_programs(monkeypatch):
     assert _rowwise.matrix_tile(2, 1024, 1, 12288) == (1, 256)   # 48 programs at most
     assert _rowwise.chunk_columns(4096, 32, 151936, 16384) == 4096
     assert _rowwise.chunk_columns(4096, 1, 151936, 16384) == 1024
+
+
+def test_layer_norm_with_and_without_a_bias_is_tuned_apart():
+    """HAS_BIAS specializes the kernel: the two forms are timed and stored apart."""
+    x = ts.tensor(np.zeros((4, 64), np.float32)).sync()
+    w = ts.tensor(np.ones(64, np.float32)).sync()
+    key = norms._launch_layer_norm.key
+    assert key(x, w, None, None, 1e-5) != key(x, w, w, None, 1e-5)

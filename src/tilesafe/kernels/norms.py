@@ -255,8 +255,13 @@ def _launch_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, out: RowsOutput
                                                 CP=next_pow2(chunks)))
 
 
-@autotune(configs=ROW_CONFIGS, key=_key, kernels=(*_LAYER_ROWS.kernels, layer_chunk_stats,
-                                                  layer_chunk_apply))
+def _layer_key(x: Tensor, w: Tensor, b: Optional[Tensor], *rest: Any, **_: Any) -> tuple:
+    # with and without a bias are two specializations of the kernel: each its own winner
+    return _key(x) + (b is not None,)
+
+
+@autotune(configs=ROW_CONFIGS, key=_layer_key,
+          kernels=(*_LAYER_ROWS.kernels, layer_chunk_stats, layer_chunk_apply))
 def _launch_layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], out: RowsOutput, eps: float,
                        *, config: dict) -> DeviceOp:
     hidden = x.shape[1]
