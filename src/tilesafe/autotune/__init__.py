@@ -38,13 +38,14 @@ Which config a call uses, in order:
 5. unless ``TILESAFE_AUTOTUNE=0`` (then the first config): tuning now. Every config is run
    once (compiled; a config that fails to compile or launch with a ``TilesafeError`` is
    skipped; :class:`~tilesafe.errors.TuningError` if all fail, unless every one failed a
-   check of the call's arguments (:data:`ARGUMENT_CHECKS`: an id outside a table, repeated
-   positions, an ``out=`` of the wrong shape): then the call runs the first config on its own
-   arguments, raising that error as an untuned call would, nothing is stored and one line on
-   stderr says so), then timed in interleaved rounds (:mod:`.timing`), and the fastest median wins; it is stored, and one line on stderr
-   says what was tuned and what won. A call whose arguments are DeviceOps not run yet, or
-   made while torch captures a CUDA graph, cannot be timed: it uses the first config and
-   stores nothing (tune before capturing: call once outside the capture, or ship a table).
+   check of the call's arguments (:func:`_fails_the_arguments`: an id outside a table,
+   repeated positions, an ``out=`` of the wrong shape): then the call runs the first config
+   on its own arguments, raising that error as an untuned call would, nothing is stored and
+   one line on stderr says so), then timed in interleaved rounds (:mod:`.timing`), and the
+   fastest median wins; it is stored, and one line on stderr says what was tuned and what
+   won. A call whose arguments are DeviceOps not run yet, or made while torch captures a
+   CUDA graph, cannot be timed: it uses the first config and stores nothing (tune before
+   capturing: call once outside the capture, or ship a table).
 
 Timing runs never change what the caller sees (see :mod:`.timing`): tensors named in
 ``mutates`` and kernel outputs (partitions) are cloned, outputs not allocated yet are
@@ -99,7 +100,7 @@ def _fails_the_arguments(err: Exception) -> bool:
 
 
 class _ArgumentsFailed(Exception):
-    """Every config failed a run-time check of the arguments' data."""
+    """Every config failed a check of the call's arguments (:func:`_fails_the_arguments`)."""
 
 
 def _tuning_enabled() -> bool:
