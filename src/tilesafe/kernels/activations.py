@@ -97,8 +97,13 @@ def softmax_chunk_apply(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, 
 
 @function
 def _silu(g):
-    """``g * sigmoid(g)`` of an f32 tile (``exp(-g)`` as ``exp2``)."""
-    return g / (1.0 + tc.exp2(g * -LOG2E))
+    """``g * sigmoid(g)`` of an f32 tile: ``g / (1 + exp(-g))`` as ``g * a / (1 + a)`` with
+    ``a = exp(-|g|)`` (``exp2``) for negative ``g``, so the divisor stays in [1, 2], where
+    the GPU's fast division holds (within 2 ulp); exponentials and division flush f32
+    subnormals (what is lost is below ``|g| * 2**-126``)."""
+    a = tc.exp2(tc.abs(g) * -LOG2E, flush_to_zero=True)
+    return tc.truediv(tc.where(g < 0.0, g * a, g), 1.0 + a, rounding="approx",
+                      flush_to_zero=True)
 
 
 @kernel
