@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (repository root, .gpu and .whl carried): the stages named in
+# $STAGES, consoles in $OUT.
+set -uo pipefail
+source .gpu/gpu-env.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site:$PWD"
+export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
+INCLUDE="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+SUFFIX="$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+for m in driver/_launcher driver/_ledger; do
+  cc -shared -fPIC -O2 -I"$INCLUDE" src/tilesafe/$m.c -o src/tilesafe/$m.abi3.so; done
+cc -shared -fPIC -O2 -I"$INCLUDE" src/tilesafe/fastpath/*.c -o src/tilesafe/_fastpath$SUFFIX
+R=benchmarks/results/h200-2026-12-02d
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u;
+  python3 -m tilesafe info; } > $OUT/env.txt 2>&1
+for stage in ${STAGES:-gpu}; do
+  echo "== $stage $(date -u +%T)"
+  case $stage in
+    gpu) timeout ${GPU_S:-200} python3 -m pytest -q -p no:cacheprovider -rf ${GPU_TESTS:-tests/gpu} 2>&1 \
+           | tail -8 | tee $OUT/gpu_tests_${GPU_TAG:-all}.txt ;;
+    some) TILESAFE_DEVICE=cuda:0 timeout ${SOME_S:-200} python3 -m pytest ${TESTS:-} -q -p no:cacheprovider \
+            -rf -W ignore 2>&1 | tail -8 | tee $OUT/some_on_cuda_${GPU_TAG:-all}.txt ;;
+    tune) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
+          timeout ${TUNE_S:-300} python3 -m tilesafe tune ${TUNE_TARGET:-$R/tune_activations.py} \
+            --device cuda:0 --export $OUT/sm_90.json --arch sm_90 2>&1 | tee $OUT/tune.txt | tail -12 ;;
+    gelu) timeout ${GELU_S:-150} python3 benchmarks/results/h200-2026-12-02c/gelu_check.py $OUT 2>&1 \
+            | tee $OUT/gelu.txt | tail -20 ;;
+    micro) timeout ${MICRO_S:-240} python3 $R/gemv_sweep.py micro 2>&1 | tee $OUT/gemv_sweep.txt \
+             | grep -E "best|copy rate|FAIL" ;;
+    engine) timeout ${ENGINE_S:-240} python3 $R/gemv_sweep.py engine ${ROUNDS:-6} ${TOKENS:-512} 2>&1 \
+              | tee $OUT/engine_ab.txt | tail -4 ;;
+    generate) for pass in cold warm; do
+                timeout ${GEN_S:-200} python3 -m tilesafe generate --random ${MODEL:-qwen3-4b} \
+                  --tokens ${TOKENS:-1024} 2>&1 | tr '\r' '\n' | grep -v "it/s\]$" \
+                  | tail -14 > $OUT/generate_${MODEL:-qwen3-4b}_$pass.txt
+                tail -6 $OUT/generate_${MODEL:-qwen3-4b}_$pass.txt; done ;;
+    bench) timeout ${BENCH_S:-200} python3 -m benchmarks.${BENCH:-kernels_activations} --device cuda:0 \
+             --out $OUT/${BENCH:-kernels_activations} ${BENCH_ARGS:---quick} 2>&1 \
+             | tee $OUT/${BENCH:-kernels_activations}_console.txt | tail -20 ;;
+  esac
+done
+echo "== end $(date -u +%T)"
