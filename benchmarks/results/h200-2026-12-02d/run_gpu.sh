@@ -24,6 +24,8 @@ for stage in ${STAGES:-gpu}; do
     tune) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
           timeout ${TUNE_S:-300} python3 -m tilesafe tune ${TUNE_TARGET:-$R/tune_activations.py} \
             --device cuda:0 --export $OUT/sm_90.json --arch sm_90 2>&1 | tee $OUT/tune.txt | tail -12 ;;
+    export) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
+            python3 -m tilesafe tune --export $OUT/sm_90.json --arch sm_90 2>&1 | tail -2 ;;
     gelu) timeout ${GELU_S:-150} python3 benchmarks/results/h200-2026-12-02c/gelu_check.py $OUT 2>&1 \
             | tee $OUT/gelu.txt | tail -20 ;;
     micro) timeout ${MICRO_S:-240} python3 $R/gemv_sweep.py micro 2>&1 | tee $OUT/gemv_sweep.txt \
