@@ -26,17 +26,19 @@ for stage in ${STAGES:-gpu}; do
             --device cuda:0 --export $OUT/sm_90.json --arch sm_90 2>&1 | tee $OUT/tune.txt | tail -12 ;;
     export) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
             python3 -m tilesafe tune --export $OUT/sm_90.json --arch sm_90 2>&1 | tail -2 ;;
+    marginal) timeout ${MARGINAL_S:-200} python3 -m benchmarks.decode_marginal --model ${MODEL:-qwen3-4b} \
+                2>&1 | grep -v Warn | tail -16 | tee $OUT/marginal_${MODEL:-qwen3-4b}_${TAG:-a}.txt ;;
     gelu) timeout ${GELU_S:-150} python3 benchmarks/results/h200-2026-12-02c/gelu_check.py $OUT 2>&1 \
             | tee $OUT/gelu.txt | tail -20 ;;
     micro) timeout ${MICRO_S:-240} python3 $R/gemv_sweep.py micro 2>&1 | tee $OUT/gemv_sweep.txt \
              | grep -E "best|copy rate|FAIL" ;;
     engine) timeout ${ENGINE_S:-240} python3 $R/gemv_sweep.py engine ${ROUNDS:-6} ${TOKENS:-512} 2>&1 \
               | tee $OUT/engine_ab.txt | tail -4 ;;
-    generate) for pass in cold warm; do
+    generate) for pass in ${PASSES:-cold warm}; do
                 timeout ${GEN_S:-200} python3 -m tilesafe generate --random ${MODEL:-qwen3-4b} \
                   --tokens ${TOKENS:-1024} 2>&1 | tr '\r' '\n' | grep -v "it/s\]$" \
-                  | tail -14 > $OUT/generate_${MODEL:-qwen3-4b}_$pass.txt
-                tail -6 $OUT/generate_${MODEL:-qwen3-4b}_$pass.txt; done ;;
+                  | tail -14 > $OUT/generate_${MODEL:-qwen3-4b}_${TAG:-a}_$pass.txt
+                grep "decode\|roofline" $OUT/generate_${MODEL:-qwen3-4b}_${TAG:-a}_$pass.txt; done ;;
     bench) timeout ${BENCH_S:-200} python3 -m benchmarks.${BENCH:-kernels_activations} --device cuda:0 \
              --out $OUT/${BENCH:-kernels_activations} ${BENCH_ARGS:---quick} 2>&1 \
              | tee $OUT/${BENCH:-kernels_activations}_console.txt | tail -20 ;;

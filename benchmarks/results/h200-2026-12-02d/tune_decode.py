@@ -1,0 +1,15 @@
+"""Tune target (``tilesafe tune``) for decode_attention at the 4b/8b engine's key: one query
+token, 32 query heads over 8 key/value heads, d 128, bf16, the engine's token-major cache of
+1536 positions (a 512-token prompt plus 1024 generated) viewed head-major, holding 1024 keys."""
+
+
+def tune(device="cuda:0"):
+    import numpy as np
+    import tilesafe as ts
+    from tilesafe import kernels as K
+    q = ts.randn((1, 32, 128), dtype=ts.bfloat16, seed=0, device=device).sync()
+    k = ts.randn((1, 1536, 8, 128), dtype=ts.bfloat16, seed=1, device=device).sync()
+    v = ts.randn((1, 1536, 8, 128), dtype=ts.bfloat16, seed=2, device=device).sync()
+    lens = ts.tensor(np.array([1024], np.int32), device=device).sync()
+    print("decode_attention bf16 32/8 heads, d 128, 1024 of 1536 keys", flush=True)
+    K.decode_attention(q, k.permute((0, 2, 1, 3)), v.permute((0, 2, 1, 3)), lens).sync()
