@@ -26,6 +26,8 @@ for stage in ${STAGES:-gpu}; do
             --device cuda:0 --export $OUT/sm_90.json --arch sm_90 2>&1 | tee $OUT/tune.txt | tail -12 ;;
     export) cp src/tilesafe/kernels/tuned/sm_90.json $OUT/sm_90.json
             python3 -m tilesafe tune --export $OUT/sm_90.json --arch sm_90 2>&1 | tail -2 ;;
+    ab) timeout ${AB_S:-300} python3 $R/engine_ab.py ${ROUNDS:-4} ${TOKENS:-512} 2>&1 \
+          | tee $OUT/engine_ab_variants.txt | tail -10 ;;
     marginal) timeout ${MARGINAL_S:-200} python3 -m benchmarks.decode_marginal --model ${MODEL:-qwen3-4b} \
                 2>&1 | grep -v Warn | tail -16 | tee $OUT/marginal_${MODEL:-qwen3-4b}_${TAG:-a}.txt ;;
     gelu) timeout ${GELU_S:-150} python3 benchmarks/results/h200-2026-12-02c/gelu_check.py $OUT 2>&1 \

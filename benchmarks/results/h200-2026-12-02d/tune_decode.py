@@ -4,7 +4,13 @@ token, 32 query heads over 8 key/value heads, d 128, bf16, the engine's token-ma
 
 
 def tune(device="cuda:0"):
+    """(The shipped table holds an H100 entry for this key, which the tuner would take without
+    timing: it is set aside for this function here.)"""
     import numpy as np
+    from tilesafe.autotune import store
+    shipped = store.shipped_lookup
+    store.shipped_lookup = lambda wanted, configs: (
+        None if wanted.get("function") == "tilesafe.decode_attention" else shipped(wanted, configs))
     import tilesafe as ts
     from tilesafe import kernels as K
     q = ts.randn((1, 32, 128), dtype=ts.bfloat16, seed=0, device=device).sync()
