@@ -12,7 +12,8 @@ import time
 import numpy as np
 import torch
 
-from tilesafe.kernels import decode_attention as DA
+import importlib
+DA = importlib.import_module("tilesafe.kernels.decode_attention")
 from tilesafe.kernels import gemv as G
 from tilesafe.models.checkpoint import write_random
 from tilesafe.models.qwen3.engine import Qwen3Engine
