@@ -30,3 +30,38 @@ def gemv_rows_x_first(z: tc.MutTensor["TO", (1, "BN")], x: tc.Tensor["T", (-1, -
     for k in CHUNKS:
         acc = acc + pw.load((j, k)).astype(tc.f32) * row[:, k * BK:(k + 1) * BK]
     _store_sum(z, acc.sum(1).reshape((1, BN)), ACC)
+
+
+@kernel
+def gemv_rows_x_held(z: tc.MutTensor["TO", (1, "BN")], xs: tc.Tensor["T", (-1, -1)],
+                     w: tc.Tensor["T", (-1, -1)], BK: tc.Const[int], KC: tc.Const[int],
+                     ACC: tc.Const[bool]):
+    """gemv_rows with the row x loaded whole before the loop, as a (KC, BK) tile of its
+    (K / BK, BK) view ``xs``, and each chunk taken from it in registers (a select and a sum
+    over the KC rows): the loop itself loads only the weight."""
+    _, j, _ = tc.get_tile_block_id()
+    held = xs.partition((KC, BK)).load((0, 0), padding=0, allow_tma=False).astype(tc.f32)
+    rows = tc.arange(KC, tc.i32).reshape((KC, 1))
+    pw = w.partition((BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 1)):
+        chunk = tc.where(rows == k, held, 0.0).sum(0).reshape((1, BK))
+        acc = acc + pw.load((j, k)).astype(tc.f32) * chunk
+    _store_sum(z, acc.sum(1).reshape((1, BN)), ACC)
+
+
+@kernel
+def gemv_rows_x_held_early(z: tc.MutTensor["TO", (1, "BN")], xs: tc.Tensor["T", (-1, -1)],
+                           w_early: tc.Tensor["T", (-1, -1)], BK: tc.Const[int],
+                           KC: tc.Const[int], ACC: tc.Const[bool]):
+    """gemv_rows_x_held, its weight parameter named for the trial's lowering switch
+    (``TS_EARLY=w_early``: the weight's loads do not wait for the predecessor)."""
+    _, j, _ = tc.get_tile_block_id()
+    held = xs.partition((KC, BK)).load((0, 0), padding=0, allow_tma=False).astype(tc.f32)
+    rows = tc.arange(KC, tc.i32).reshape((KC, 1))
+    pw = w_early.partition((BN, BK))
+    acc = tc.zeros((BN, BK), tc.f32)
+    for k in range(tc.num_tiles(pw, 1)):
+        chunk = tc.where(rows == k, held, 0.0).sum(0).reshape((1, BK))
+        acc = acc + pw.load((j, k)).astype(tc.f32) * chunk
+    _store_sum(z, acc.sum(1).reshape((1, BN)), ACC)
