@@ -498,7 +498,12 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
             self.words = np.zeros(count, np.int64)
             self.address = 1 << 20
             made.append(self)
+    class Device:
+        def __init__(self, index, count):
+            self.address = 1 << 30
+
     monkeypatch.setattr(faults.cuda, "MappedWords", Mapped)
+    monkeypatch.setattr(faults.cuda, "DeviceWords", Device)
     monkeypatch.setattr(faults, "_FREE", {})
     ir = pick_tile.ir(ts.zeros((4,), ts.float32).partition((4,)), on(np.zeros(8, np.float32)),
                       1)
@@ -506,6 +511,7 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
     first, second = records.new(), records.new()
     assert first._memory is not second._memory and len(made) == 1  # one slab of records
     assert abs(first.address - second.address) == 8 * FAULT_WORDS  # distinct words
+    assert abs(first.verdict_address - second.verdict_address) == 4  # a verdict word each
     first._memory.words[:] = 5
     assert not second._memory.words.any()
     first._memory.words[:] = 0

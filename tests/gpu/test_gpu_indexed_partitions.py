@@ -2,7 +2,10 @@
 position says, equal to the interpreter; positions that repeat or leave the tile grid, even
 ones a kernel produced on the device a moment before, are refused with nothing written
 (PositionsError at the sync, naming the row); inside a CUDA graph too, replayed with positions
-changed in device memory; and many positions (several validation chunks) still work."""
+changed in device memory; and many positions (several validation chunks) still work. Each
+test runs twice: the positions validated by every program of the write, and by a launch of
+one program before it (``validated_first``, chosen by the launch facts above
+``VALIDATE_FIRST_ABOVE`` positions, here forced either way)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,15 @@ from tilesafe.errors import PositionsError
 
 GPU = "cuda:0"
 SENTINEL = -7.0
+
+
+@pytest.fixture(autouse=True, params=["in each program", "validated first"])
+def validation(request, monkeypatch):
+    """Both ways of validating the positions on the GPU (the interpreter checks on the host)."""
+    from tilesafe.backends.tileir import facts
+    monkeypatch.setattr(facts, "VALIDATE_FIRST_ABOVE",
+                        1 << 30 if request.param == "in each program" else 0)
+    return request.param
 
 
 @ts.kernel
@@ -73,6 +85,21 @@ def test_many_positions_are_validated_across_chunks():
         write_rows(ts.borrow_mut(cache2).partition(
             64, at=ts.tensor(repeated, device=GPU).sync()), rows).sync()
     assert np.all(cache2.numpy() == SENTINEL)
+
+
+def test_the_launch_facts_choose_the_validating_launch(validation):
+    """Forced to 'validated first', a write binds to the validating launch and the kernel; in
+    each program, to the kernel alone; either writes the same rows."""
+    from tilesafe.backends.tileir.executable import ValidatedLaunch
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    at = ts.tensor(np.array([9, 3, 7, 1, 0, 2, 60, 33], np.int32), device=GPU).sync()
+    write_rows._plans.clear()
+    write_rows(ts.borrow_mut(cache).partition(64, at=at), rows).sync()
+    bound = [plan.bound for plan in write_rows._plans.values() if plan.bound is not None]
+    assert len(bound) == 1
+    assert isinstance(bound[0], ValidatedLaunch) == (validation == "validated first")
+    assert np.array_equal(_table(cache)[[9, 3, 7, 1, 0, 2, 60, 33]], data)
 
 
 def test_increasing_positions_take_the_one_pass_check_and_others_the_full_one():

@@ -30,6 +30,8 @@ for stage in ${STAGES:-gpu}; do
           | tee $OUT/engine_ab_variants.txt | tail -10 ;;
     early) for round in 1 2; do TS_EARLY=w_early timeout ${EARLY_S:-150} python3 $R/early_micro.py 2>&1 \
              | grep -v "^tileiras" | tee -a $OUT/early_micro.txt | grep -E "early /|copy rate"; done ;;
+    kv) mkdir -p /tmp/kv && timeout ${KV_S:-200} python3 $R/kv_check.py /tmp/kv 2>&1 \
+          | tee $OUT/kv_check.txt | grep -v "^tileiras" | tail -24; cp /tmp/kv/*.csv $OUT/ ;;
     marginal) timeout ${MARGINAL_S:-200} python3 -m benchmarks.decode_marginal --model ${MODEL:-qwen3-4b} \
                 2>&1 | grep -v Warn | tail -16 | tee $OUT/marginal_${MODEL:-qwen3-4b}_${TAG:-a}.txt ;;
     gelu) timeout ${GELU_S:-150} python3 benchmarks/results/h200-2026-12-02c/gelu_check.py $OUT 2>&1 \

@@ -108,6 +108,25 @@ class MappedWords:
         self.words[:] = 0
 
 
+class DeviceWords:
+    """``count`` int32 words of device memory on device ``index`` (``cuMemAlloc``: not
+    stream-ordered, so usable from any stream at once), not initialized; freed with the
+    object."""
+
+    def __init__(self, index: int, count: int):
+        make_current(index)
+        self.address = int(_check(_driver().cuMemAlloc(count * 4), "cuMemAlloc"))
+        self._finalizer = weakref.finalize(self, _free_device, index, self.address)
+
+
+def _free_device(index: int, address: int) -> None:
+    try:
+        make_current(index)
+        _driver().cuMemFree(address)
+    except Exception:  # (interpreter shutdown)
+        pass
+
+
 def _free_host(host: int) -> None:
     try:
         _driver().cuMemFreeHost(host)

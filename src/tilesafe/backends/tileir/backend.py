@@ -6,7 +6,9 @@ Its compile stages, in order (after the front end and the verifier, see ``tilesa
 2. ``assemble``: the cubin from the disk cache (``cache``, keyed by everything that changes
    it), else from ``tileiras`` (then stored);
 3. ``load``: the cubin loaded on the target's device (``executable``); a cached cubin the
-   driver rejects is evicted and assembled again once, never trusted.
+   driver rejects is evicted and assembled again once, never trusted. A kernel whose
+   positions a launch before it validates (the fact ``validated_first``) also gets that
+   launch's cubin here (lowered with ``positions_only``, assembled the same way).
 
 Without a device (ahead of time: ``tilesafe check --target``, ``ts.compile``) the stages end
 with the cubin. Launch facts (``facts``: alignment classes of the arguments) join the cache
@@ -29,7 +31,7 @@ from . import cache
 from .executable import TileIRExecutable
 from .faults import fault_records_for
 from .facts import launch_facts
-from .lower import lower_kernel, waits_for_predecessor
+from .lower import lower_kernel, validates_first, waits_for_predecessor
 from .tileiras import assemble, find_tileiras
 
 BYTECODE_VERSION = (13, 4)
@@ -88,19 +90,36 @@ class TileIRBackend:
             on_compiled()
             return Cubin(cubin, True, key, bytecode)
 
+        def validating_cubin(ir: KernelIR) -> Optional[Cubin]:
+            if not validates_first(facts):
+                return None
+            return assemble_cached(lower_kernel(ir, version=BYTECODE_VERSION, hints=hints,
+                                                facts=facts, positions_only=True))
+
         def load(built: Cubin) -> TileIRExecutable:
             ir, index = ir_of["ir"], target.device.index
             programmatic = (waits_for_predecessor(BYTECODE_VERSION, hints)
                             and cuda.compute_capability(index) >= PROGRAMMATIC_CAPABILITY)
             records = fault_records_for(ir, index)
+            first = validating_cubin(ir)
+
+            def executable(main: Cubin, check: Optional[Cubin]) -> TileIRExecutable:
+                return TileIRExecutable(ir.name, main.cubin, index, programmatic, records,
+                                        validating_cubin=check.cubin if check else None)
             try:
-                return TileIRExecutable(ir.name, built.cubin, index, programmatic, records)
+                return executable(built, first)
             except Exception:
-                if built.compiled:
+                if built.compiled and (first is None or first.compiled):
                     raise
-                cache.evict(built.key)  # a cached cubin the driver rejects is rebuilt once
-                fresh = assemble_cached(built.bytecode)
-                return TileIRExecutable(ir.name, fresh.cubin, index, programmatic, records)
+                # a cached cubin the driver rejects is rebuilt once
+                fresh = built
+                if not built.compiled:
+                    cache.evict(built.key)
+                    fresh = assemble_cached(built.bytecode)
+                if first is not None and not first.compiled:
+                    cache.evict(first.key)
+                    first = assemble_cached(first.bytecode)
+                return executable(fresh, first)
 
         stages: list[tuple[str, Stage]] = [("lower", lower), ("assemble", assemble_cached)]
         if target.device is not None:

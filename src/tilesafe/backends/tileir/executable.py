@@ -3,15 +3,20 @@
 The argument list follows the lowering's ABI (``lower.abi_signature``): for each tensor,
 partition and mapped partition parameter the address of element 0, then every extent and every
 stride in elements as i32; scalars by value in their dtype; raw pointers as an address; and,
-for a kernel with bounds-checked accesses, its fault record's address (``faults.py``).
+for a kernel with bounds-checked accesses, its fault record's address (``faults.py``), and,
+for a kernel whose positions a launch before it validates, the address of the record's
+verdict word.
 ``bind`` packs a launch once per launch plan into a ``driver.cuda.PackedLaunch``, which a
 repeated launch enqueues with one driver call. It reads the arguments of a validated launch, so
-it cannot disagree with the ownership checks that ran before it.
+it cannot disagree with the ownership checks that ran before it. A kernel validated first
+binds to a :class:`ValidatedLaunch`: the validating launch (one program, the same
+arguments) and then the kernel, enqueued together on one stream (a graph capture records
+both).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -50,28 +55,67 @@ def _pack_i32(packed: list, name: str, values: Sequence[int]) -> None:
         packed.append(np.int32(n))
 
 
+class ValidatedLaunch:
+    """A kernel launch whose indexed partitions' positions are validated by a launch of one
+    program before it (``lower/positions.py``): both enqueued on one stream, the validating
+    one first (the kernel reads its verdict after its grid-dependency wait). What it lends and
+    reads back is the kernel's fault record, which the validating launch reports to."""
+
+    __slots__ = ("validation", "kernel", "fault_record")
+
+    #: running it only enqueues device work (see ``backends.base.BoundLaunch``)
+    enqueues_only = True
+    #: no single driver launch: the compiled fast path runs :meth:`launch`
+    driver_launch = None
+
+    def __init__(self, validation: cuda.PackedLaunch, kernel: cuda.PackedLaunch):
+        self.validation, self.kernel = validation, kernel
+        self.fault_record = kernel.fault_record
+
+    def launch(self, stream: Any) -> None:
+        """Enqueue the validation, then the kernel, on the tilesafe stream ``stream``."""
+        self.validation.launch(stream)
+        self.kernel.launch(stream)
+
+
 class TileIRExecutable:
     """A loaded cubin for one specialization on one device. ``programmatic``: the kernel waits
     for its predecessor before touching memory, so it may be launched as a programmatic
-    dependent of the previous kernel on its stream."""
+    dependent of the previous kernel on its stream. ``validating_cubin``: the cubin of the
+    launch that validates its positions before it, for a kernel compiled with the fact
+    ``validated_first``."""
 
     def __init__(self, name: str, cubin: bytes, device_index: int, programmatic: bool = False,
-                 fault_records: Optional[FaultRecords] = None):
+                 fault_records: Optional[FaultRecords] = None,
+                 validating_cubin: Optional[bytes] = None):
         self.cubin = cubin
         self.device_index = device_index
         self.handle = cuda.load_kernel(cubin, name, device_index)
         self.programmatic = programmatic
         self.fault_records = fault_records
+        self.validating_handle = (cuda.load_kernel(validating_cubin, name, device_index)
+                                  if validating_cubin is not None else None)
 
-    def bind(self, args: Sequence[KernelArg], grid: tuple[int, int, int]) -> cuda.PackedLaunch:
+    def bind(self, args: Sequence[KernelArg],
+             grid: tuple[int, int, int]) -> Union[cuda.PackedLaunch, ValidatedLaunch]:
         """The launch packed once; a kernel with checked accesses gets a fault record of its
         own, its address as the last parameter, and each launch lends it the record
-        (``PackedLaunch.fault_record``)."""
+        (``PackedLaunch.fault_record``); a kernel validated first also passes the record's
+        verdict word, and binds to a :class:`ValidatedLaunch`."""
         packed = pack_arguments(args)
         record = self.fault_records.new() if self.fault_records is not None else None
         if record is not None:
             packed.append(record.address)
+        if self.validating_handle is not None:
+            if record is None or record.verdict_address is None:
+                raise ArgumentError("internal error: a kernel validated first has no verdict "
+                                    "word")
+            packed.append(record.verdict_address)
         launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index,
                                    self.programmatic)
         launch.fault_record = record
-        return launch
+        if self.validating_handle is None:
+            return launch
+        validation = cuda.PackedLaunch(self.validating_handle, (1, 1, 1), packed,
+                                       self.device_index, self.programmatic)
+        return ValidatedLaunch(validation, launch)

@@ -5,6 +5,11 @@ aligned or not; an extent is divisible by 16 or not; a stride of 1 is known exac
 other stride is known to span a multiple of 16 bytes or not. These are what let tileiras use
 TMA and wide vector accesses. They join the executable's cache key (in memory and, through the
 bytecode, on disk), so a launch with other alignments compiles its own variant.
+
+A kernel whose indexed partitions hold more than :data:`VALIDATE_FIRST_ABOVE` positions in all
+has them validated by a launch of one program before it (the fact ``validated_first`` on each
+of them, ``lower/positions.py``): validated at entry, every program of the kernel would read
+every position, a cost that grows with the square of their number.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from ..base import KernelArg
 from .lower import normalize_facts
 
 ALIGN = 16
+#: the most positions (over all the kernel's indexed partitions) that the kernel's own programs
+#: validate at entry; above, a launch before it does (module docstring)
+VALIDATE_FIRST_ABOVE = 256
 
 
 def launch_facts(kernel: KernelIR, args: Sequence[KernelArg]) -> Any:
@@ -39,6 +47,10 @@ def launch_facts(kernel: KernelIR, args: Sequence[KernelArg]) -> Any:
         if twin is not None:
             entry["positions_of"] = twin
         facts[arg.name] = entry
+    indexed = [arg for arg in args if arg.positions is not None]
+    if sum(arg.positions.shape[0] for arg in indexed) > VALIDATE_FIRST_ABOVE:
+        for arg in indexed:
+            facts[arg.name]["validated_first"] = True
     return normalize_facts(facts)
 
 

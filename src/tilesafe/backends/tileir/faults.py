@@ -10,6 +10,11 @@ raises :class:`~tilesafe.errors.IndexOutOfRangeError` (or ``PositionsError``) na
 kernel, the access's file:line, the tile program and the index, in the words the interpreter
 uses.
 
+A record also holds one word of device memory, the *verdict* of a kernel whose indexed
+partitions' positions a launch of one program validates before it (``lower/positions.py``):
+that launch writes it (0: passed, 1: failed) and reports a failure to the record; the kernel
+reads it.
+
 The access itself stayed inside its tensor (a bounds-checked view, a masked gather or atomic),
 so no memory outside the tensors was touched. Launches that share a record share their
 argument objects, so they cannot be in flight on two streams at once when they write an
@@ -41,7 +46,8 @@ class FaultRecord:
 
     def __init__(self, kernel: KernelIR, memory: Any, sites: Optional[list] = None):
         """``memory``: ``FAULT_WORDS`` zeroed int64 words the kernel can write (``words``, a
-        numpy view the host reads, and ``address``, the device address); ``sites``: the
+        numpy view the host reads, and ``address``, the device address; ``verdict``, the
+        device address of the record's verdict word, where it has one); ``sites``: the
         kernel's ``fault_sites`` when already known."""
         self.kernel_name = kernel.name
         #: where the kernel is defined: a failure found before any program ran (an indexed
@@ -50,6 +56,8 @@ class FaultRecord:
         self.sites = fault_sites(kernel) if sites is None else sites
         self._memory = memory
         self.address = memory.address
+        #: the device address of the positions verdict word (module docstring)
+        self.verdict_address = getattr(memory, "verdict", None)
         self._reading = threading.Lock()  # one reader takes a report: it is raised once
 
     def _spend(self, why: str, where: Any) -> None:
@@ -118,20 +126,22 @@ SLAB = 256
 
 
 class _Slice:
-    """``FAULT_WORDS`` words of a slab (what a record writes: ``address``, ``words``); keeps
-    the slab alive."""
+    """``FAULT_WORDS`` words of a slab (what a record writes: ``address``, ``words``) and one
+    word of its device slab (``verdict``); keeps both slabs alive."""
 
-    __slots__ = ("slab", "address", "words")
+    __slots__ = ("slab", "address", "words", "device_slab", "verdict")
 
-    def __init__(self, slab: Any, at: int):
-        self.slab = slab
-        self.address = slab.address + at * 8
-        self.words = slab.words[at:at + FAULT_WORDS]
+    def __init__(self, slab: Any, device_slab: Any, at: int):
+        self.slab, self.device_slab = slab, device_slab
+        self.address = slab.address + at * FAULT_WORDS * 8
+        self.words = slab.words[at * FAULT_WORDS:(at + 1) * FAULT_WORDS]
+        self.verdict = device_slab.address + at * 4
 
 
 def _add_slab(index: int, free: list) -> None:
     try:
         slab = cuda.MappedWords(index, FAULT_WORDS * SLAB)
+        device_slab = cuda.DeviceWords(index, SLAB)
     except CudaError as err:
         if "CAPTURE" not in str(err):
             raise
@@ -140,7 +150,7 @@ def _add_slab(index: int, free: list) -> None:
                         "locked memory cannot be allocated then)\n  fix: reserve records before "
                         "the capture: tilesafe.kernels.reserve_fault_records(n) with n at least "
                         "the number of checked launches the capture records") from None
-    free.extend(_Slice(slab, i * FAULT_WORDS) for i in range(SLAB - 1, -1, -1))
+    free.extend(_Slice(slab, device_slab, i) for i in range(SLAB - 1, -1, -1))
 
 
 def _take(index: int) -> Any:

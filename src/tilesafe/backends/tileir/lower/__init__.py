@@ -19,7 +19,7 @@ build on it (``tests/tileir/test_tileir_layers.py`` checks this).
 from . import arith, atomic, control, debug, indexed, memory, tile  # noqa: F401 (lowerings)
 from .context import LoweringContext, PartitionArg, TensorArg, lowers, scalar_type
 from .kernel import (AbiArg, Facts, abi_signature, lower_kernel, normalize_facts,
-                     waits_for_predecessor)
+                     validates_first, waits_for_predecessor)
 
 __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
-           "Facts", "LoweringContext", "TensorArg", "PartitionArg", "lowers", "scalar_type"]
+           "validates_first", "Facts", "LoweringContext", "TensorArg", "PartitionArg", "lowers", "scalar_type"]

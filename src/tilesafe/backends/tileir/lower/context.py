@@ -146,6 +146,9 @@ class LoweringContext:
         #: the fault record's address (a rank-0 ``ptr<i64>``), when the kernel has checked
         #: accesses, and each checked access's site number (``lower/checks.py``), by op id
         self.fault_record: Optional[Value] = None
+        #: the verdict word's address (a rank-0 ``ptr<i32>``) of a kernel whose positions a
+        #: launch before it validates (``lower/positions.py``)
+        self.verdict: Optional[Value] = None
         self.checked_sites: dict[int, int] = {}
 
     # -- values ----------------------------------------------------------------------------------

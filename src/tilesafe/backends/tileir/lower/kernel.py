@@ -28,7 +28,10 @@ IR param kind   entry parameters
 =============== ==========================================================================
 
 A kernel with bounds-checked accesses (``compiler.bounds.checked_accesses``) takes one more
-parameter after them all: the address of its fault record (``lower/checks.py``).
+parameter after them all: the address of its fault record (``lower/checks.py``). A kernel whose
+indexed partitions' positions a separate launch validates first (the fact
+``validated_first``, below) takes one more after that: the address of that launch's verdict, an
+i32 word of device memory.
 
 ``ptr`` is an 8-byte device address; i32 dims/strides must fit in a signed 32-bit integer
 (the launcher checks). Bool tensors are bytes (0/1) in memory. The grid is the partition's
@@ -74,6 +77,11 @@ A mapping ``{param name: {key: value}}``; every key is optional:
 * integer ``scalar`` params: ``div_by`` (power of two), ``bounds`` (``(lo, hi)``, inclusive,
   either None).
 
+* indexed partitions (``mut_tensor`` with ``at=positions``): ``validated_first`` (True: the
+  positions are validated by a launch of one program before the kernel, on the same stream,
+  which writes the verdict word the kernel reads; see ``lower/positions.py``). It applies to
+  the whole kernel: given for any indexed partition, every one of them is validated first.
+
 Dims are always assumed ``>= 0``. :func:`normalize_facts` turns facts into a canonical tuple
 of tuples (hashable, order-independent) for the specialization/cache key; ``lower_kernel``
 accepts either form.
@@ -101,12 +109,12 @@ from ..bytecode import (I8, I32, I64, Bounded, ComparisonPredicate, DivBy, Modul
                         Signedness, TileType, Value)
 from .context import PADDING, LoweringContext, Positions, TensorArg, memory_type, scalar_type
 from .checks import negate
-from .positions import own_positions
+from .positions import own_positions, positions_from_verdict
 from .context import source_location
 from .memory import view_requests
 
 __all__ = ["lower_kernel", "waits_for_predecessor", "abi_signature", "AbiArg", "normalize_facts",
-           "Facts", "FAULT_RECORD"]
+           "Facts", "FAULT_RECORD", "POSITIONS_VERDICT", "validates_first"]
 
 #: the ops that write memory other than through a partition's own tile (``mut_store``): a
 #: kernel with an indexed partition and one of these runs its body only where the positions
@@ -118,7 +126,8 @@ _OTHER_WRITES = frozenset({"mapped_store", "atomic_rmw", "ptr_store", "ptr_cas",
 Facts = tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
 
 _TENSOR_KINDS = ("tensor", "mut_tensor", "mapped", "atomic")
-_FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides", "positions_of"),
+_FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides", "positions_of",
+                         "validated_first"),
               "pointer": ("ptr_align",), "scalar": ("div_by", "bounds")}
 
 
@@ -139,8 +148,10 @@ def _rank(p: KernelParam) -> int:
     return len(t.shape)
 
 
-def abi_signature(kernel: KernelIR) -> list[AbiArg]:
-    """The flattened entry-parameter list of ``kernel`` (see the module docstring)."""
+def abi_signature(kernel: KernelIR, validated_first: bool = False) -> list[AbiArg]:
+    """The flattened entry-parameter list of ``kernel`` (see the module docstring);
+    ``validated_first``: its positions validated by a launch before it (the verdict's address
+    last)."""
     out: list[AbiArg] = []
     for p in kernel.params:
         if p.kind in _TENSOR_KINDS:
@@ -161,12 +172,23 @@ def abi_signature(kernel: KernelIR) -> list[AbiArg]:
                                kernel.location, kernel=kernel.name)
     if fault_sites(kernel):
         out.append(AbiArg(FAULT_RECORD, "ptr", "ptr"))
+    if validated_first:
+        out.append(AbiArg(POSITIONS_VERDICT, "ptr", "ptr"))
     return out
 
 
 #: the name of the trailing entry parameter of a kernel with checked accesses: its fault
 #: record's address (``lower/checks.py``)
 FAULT_RECORD = "<fault record>"
+#: the name of the entry parameter after the fault record of a kernel whose positions a launch
+#: before it validates (``validated_first``): the address of that launch's verdict word
+POSITIONS_VERDICT = "<positions verdict>"
+
+
+def validates_first(facts: Union[None, Mapping[str, Mapping[str, Any]], Facts]) -> bool:
+    """Whether ``facts`` say the kernel's positions are validated by a launch before it."""
+    return any(dict(entries).get("validated_first")
+               for _, entries in normalize_facts(facts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,12 +275,15 @@ def _block_ids(lw: LoweringContext, grid: Optional[tuple[int, int, int]]) -> tup
 # the entry prelude
 
 
-def _param_types(kernel: KernelIR) -> list[TileType]:
+def _param_types(kernel: KernelIR, validated_first: bool) -> list[TileType]:
     types = []
     dtypes = {p.name: p.value.type.dtype for p in kernel.params}
-    for arg in abi_signature(kernel):
+    for arg in abi_signature(kernel, validated_first):
         if arg.param == FAULT_RECORD:
             types.append(TileType(PointerType(I64)))
+            continue
+        if arg.param == POSITIONS_VERDICT:
+            types.append(TileType(PointerType(I32)))
             continue
         dtype: DType = dtypes[arg.param]
         if arg.component == "positions":
@@ -274,7 +299,8 @@ def _param_types(kernel: KernelIR) -> list[TileType]:
     return types
 
 
-def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
+def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]],
+                 validated_first: bool) -> None:
     fn = lw.fn
     entry_values = iter(fn.params)
     for p in lw.kernel.params:
@@ -320,6 +346,8 @@ def _bind_params(lw: LoweringContext, facts: dict[str, dict[str, Any]]) -> None:
         lw.set(p.value, arg)
     if lw.checked_sites:
         lw.fault_record = next(entry_values)
+    if validated_first:
+        lw.verdict = next(entry_values)
 
 
 def _make_views(lw: LoweringContext) -> None:
@@ -352,7 +380,8 @@ def waits_for_predecessor(version: Sequence[int],
 def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
                  hints: Optional[Mapping[str, Mapping[str, int]]] = None,
                  facts: Union[None, Mapping[str, Mapping[str, Any]], Facts] = None,
-                 debug: bool = True, inbounds: Optional[bool] = None) -> bytes:
+                 debug: bool = True, inbounds: Optional[bool] = None,
+                 positions_only: bool = False) -> bytes:
     """The Tile IR bytecode of ``kernel``.
 
     Args:
@@ -366,6 +395,10 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
             ``--lineinfo`` point at the kernel's source.
         inbounds: promise that view accesses are in bounds (no edge masking/padding). Default
             False for every kernel, unchecked ones included: edge tiles stay masked.
+        positions_only: with the fact ``validated_first``, the launch before the kernel: the
+            same entry parameters, launched as one program, which validates the positions,
+            reports a failure to the fault record and writes the verdict word (0: passed, 1:
+            failed), and runs nothing of the body (``lower/positions.py``).
     """
     version = tuple(version)
     if inbounds is None:
@@ -375,10 +408,14 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     checked_facts = _with_dim_factors(kernel, _check_facts(kernel, normalize_facts(facts)),
                                       hints)
     entry_hints = arch_hints(hints)
+    first = any(entries.get("validated_first") for entries in checked_facts.values())
+    if positions_only and not first:
+        raise CompileError("internal error: a positions-only lowering needs the fact "
+                           "validated_first", kernel.location, kernel=kernel.name)
     module = ModuleBuilder(version, producer="tilesafe" if version >= (13, 3) else None)
     location = source_location(kernel.location) if debug else None
     try:
-        fn = module.entry(kernel.name, _param_types(kernel), hints=entry_hints or None,
+        fn = module.entry(kernel.name, _param_types(kernel, first), hints=entry_hints or None,
                           location=location)
     except ValueError as err:
         raise CompileError(f"cannot compile for the GPU: {err}", kernel.location,
@@ -387,7 +424,7 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     ops = list(kernel.walk())
     names = {op.name for op in ops}
     lw.checked_sites = {id(op): site for site, op in enumerate(fault_sites(kernel), 1)}
-    _bind_params(lw, checked_facts)
+    _bind_params(lw, checked_facts, first)
     if waits_for_predecessor(version, hints) and any(lw.accesses_memory(op) for op in ops):
         lw.gate = fn.gdc_wait()
         fn.gdc_launch_dependents(lw.gate)
@@ -401,9 +438,20 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         twin = validated.get(checked_facts.get(p.name, {}).get("positions_of"))
         if twin is not None and len(twin.own_index) == len(p.value.type.shape):
             arg.own_index = list(twin.own_index)  # the same positions, the same tile grid
+        elif first and not positions_only:  # validated by the launch before this one
+            positions_from_verdict(lw, arg, tuple(p.value.type.shape))
         else:
             own_positions(lw, arg, lw.checked_sites[id(p)], tuple(p.value.type.shape))
         validated[index] = arg
+    if positions_only:  # the validating launch: the verdict, and nothing of the body
+        verdict = fn.select(lw.positions_verdict, fn.constant(1, TileType(I32)),
+                            fn.constant(0, TileType(I32)))
+        fn.store_ptr_tko(lw.verdict, verdict,
+                         token=lw.token if lw.token is not None else lw.gate)
+        if lw.debug:
+            fn.set_location(None)
+        fn.return_()
+        return module.to_bytes()
     if "num_tile_blocks" in names:
         lw.num_blocks = (fn.get_num_tile_blocks() if kernel.grid is None else
                          tuple(fn.constant(g, TileType(I32)) for g in kernel.grid))

@@ -37,7 +37,7 @@ from .checks import (WORD_AXES, WORD_BOUND, WORD_INDEX, WORD_PROGRAM, as_i64, ne
 from .context import LoweringContext, TensorArg
 from .memory import tile_count
 
-__all__ = ["own_positions", "CHUNK", "ORDERED_CHUNK"]
+__all__ = ["own_positions", "positions_from_verdict", "CHUNK", "ORDERED_CHUNK"]
 
 #: positions per chunk of the pairwise comparison (a ``(CHUNK, CHUNK)`` tile of comparisons)
 CHUNK = 64
@@ -186,6 +186,27 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
         value, _ = fn.load_ptr_tko(_row_addresses(lw, z, program, axis), token=lw.gate)
         index = lw.index_i32(value, pos.dtype)
         own.append(fn.select(failed, grid[axis], index))  # outside the grid: nothing written
+    z.own_index = own
+
+
+def positions_from_verdict(lw: LoweringContext, z: TensorArg,
+                           tile_shape: Sequence[int]) -> None:
+    """Set ``z.own_index`` from the verdict a launch before this one wrote (``validated_first``):
+    the program's row of the positions where they passed, else the tile grid's extents (off
+    the grid: nothing is written). The verdict is read once, after the grid-dependency wait
+    (the validating launch is the kernel's predecessor on its stream)."""
+    fn = lw.fn
+    if lw.positions_verdict is None:
+        word, _ = fn.load_ptr_tko(lw.verdict, token=lw.gate)
+        lw.positions_verdict = fn.cmpi(ComparisonPredicate.NE, word,
+                                       fn.constant(0, TileType(I32)), signedness=_SIGNED)
+    failed = lw.positions_verdict
+    grid = [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
+    program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
+    own = []
+    for axis in range(len(tile_shape)):
+        value, _ = fn.load_ptr_tko(_row_addresses(lw, z, program, axis), token=lw.gate)
+        own.append(fn.select(failed, grid[axis], lw.index_i32(value, z.positions.dtype)))
     z.own_index = own
 
 
