@@ -24,7 +24,7 @@ def in_mode(case, mode, above):
         facts.VALIDATE_FIRST_ABOVE = above
         return ours(j)
     case.ours = run
-    case.dtype = f"{case.dtype} {mode}"
+    case.benchmark = f"{case.benchmark} ({mode})"
     return case
 
 
