@@ -2,18 +2,8 @@
 # One call on the GPU machine (repository root, .gpu and .whl carried): the stages named in
 # $STAGES, consoles in $OUT.
 set -uo pipefail
-source .gpu/gpu-env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH="$PWD/src:/tmp/site:$PWD"
-export TILESAFE_CACHE_DIR=/tmp/tilesafe-cache
-INCLUDE="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-SUFFIX="$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
-for m in driver/_launcher driver/_ledger; do
-  cc -shared -fPIC -O2 -I"$INCLUDE" src/tilesafe/$m.c -o src/tilesafe/$m.abi3.so; done
-cc -shared -fPIC -O2 -I"$INCLUDE" src/tilesafe/fastpath/*.c -o src/tilesafe/_fastpath$SUFFIX
+source benchmarks/gpu_setup.sh
 R=benchmarks/results/h200-2026-12-02d
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u;
-  python3 -m tilesafe info; } > $OUT/env.txt 2>&1
 for stage in ${STAGES:-gpu}; do
   echo "== $stage $(date -u +%T)"
   case $stage in
