@@ -58,7 +58,9 @@ def _pack_i32(packed: list, name: str, values: Sequence[int]) -> None:
 class ValidatedLaunch:
     """A kernel launch whose indexed partitions' positions are validated by a launch of one
     program before it (``lower/positions.py``): both enqueued on one stream, the validating
-    one first (the kernel reads its verdict after its grid-dependency wait). What it lends and
+    one first, as ordinary (not programmatic) launches, so each starts only after everything
+    before it on the stream has completed and the kernel reads the verdict its validation
+    wrote. What it lends and
     reads back is the kernel's fault record, which the validating launch reports to."""
 
     __slots__ = ("validation", "kernel", "fault_record")
@@ -111,11 +113,17 @@ class TileIRExecutable:
                 raise ArgumentError("internal error: a kernel validated first has no verdict "
                                     "word")
             packed.append(record.verdict_address)
-        launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index,
-                                   self.programmatic)
-        launch.fault_record = record
         if self.validating_handle is None:
+            launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index,
+                                       self.programmatic)
+            launch.fault_record = record
             return launch
+        # both as ordinary launches, never programmatic dependents: each then starts only once
+        # all earlier work on its stream has completed, whatever another thread enqueued
+        # between the two (a programmatic dependent's wait covers only its direct predecessor,
+        # and a kernel between them that never waits would not order the verdict)
+        launch = cuda.PackedLaunch(self.handle, grid, packed, self.device_index, False)
+        launch.fault_record = record
         validation = cuda.PackedLaunch(self.validating_handle, (1, 1, 1), packed,
-                                       self.device_index, self.programmatic)
+                                       self.device_index, False)
         return ValidatedLaunch(validation, launch)

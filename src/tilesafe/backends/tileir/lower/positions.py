@@ -30,8 +30,8 @@ kernel on the same stream (``executable.ValidatedLaunch``; a graph capture recor
 the kernel lowered ``positions_only``: the same entry parameters, the validation above, the
 report to the fault record, and a verdict word of device memory written (0: passed, 1:
 failed), nothing of the body. The kernel itself (:func:`positions_from_verdict`) reads the
-verdict once after its grid-dependency wait, which the validating launch, its predecessor,
-has completed, and owns its row of the positions or, on a failed verdict, a tile off the grid,
+verdict once (both are ordinary launches, so the validation has completed when the kernel
+starts, whatever else was enqueued between them), and owns its row of the positions or, on a failed verdict, a tile off the grid,
 as above. The validation's reads are then made once per launch instead of once per program:
 at 4096 KV-cache slots, 2.7-3.2x torch's ``index_put_`` instead of 0.42-0.48x (H200).
 
