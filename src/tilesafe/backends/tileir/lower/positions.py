@@ -31,8 +31,8 @@ the kernel lowered ``positions_only``: the same entry parameters, the validation
 report to the fault record, and a verdict word of device memory written (0: passed, 1:
 failed), nothing of the body. The kernel itself (:func:`positions_from_verdict`) reads the
 verdict once (both are ordinary launches, so the validation has completed when the kernel
-starts, whatever else was enqueued between them), and owns its row of the positions or, on a failed verdict, a tile off the grid,
-as above. The validation's reads are then made once per launch instead of once per program:
+starts, whatever else was enqueued between them), and owns its row of the positions or, on a
+failed verdict, a tile off the grid, as above. The validation's reads are then made once per launch instead of once per program:
 at 4096 KV-cache slots, 2.7-3.2x torch's ``index_put_`` instead of 0.42-0.48x (H200).
 
 Imports the ``bytecode`` package and its sibling lowering modules only.
@@ -191,34 +191,34 @@ def own_positions(lw: LoweringContext, z: TensorArg, site: int,
                             else fn.ori(lw.positions_verdict, failed))
     _report(lw, z, site, failed, fn.select(is_outside, outside_row, repeat_row), is_outside,
             rank, grid)
+    z.own_index = _own_row(lw, z, failed, grid)
+
+
+def _own_row(lw: LoweringContext, z: TensorArg, failed: Value, grid: list[Value]) -> list:
+    """The program's row of the positions as tile coordinates, or, where ``failed``, the
+    grid's extents (outside the grid: nothing written)."""
+    fn = lw.fn
     program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
     own = []
-    for axis in range(rank):
+    for axis in range(len(grid)):
         value, _ = fn.load_ptr_tko(_row_addresses(lw, z, program, axis), token=lw.gate)
-        index = lw.index_i32(value, pos.dtype)
-        own.append(fn.select(failed, grid[axis], index))  # outside the grid: nothing written
-    z.own_index = own
+        own.append(fn.select(failed, grid[axis], lw.index_i32(value, z.positions.dtype)))
+    return own
 
 
 def positions_from_verdict(lw: LoweringContext, z: TensorArg,
                            tile_shape: Sequence[int]) -> None:
     """Set ``z.own_index`` from the verdict a launch before this one wrote (``validated_first``):
     the program's row of the positions where they passed, else the tile grid's extents (off
-    the grid: nothing is written). The verdict is read once, after the grid-dependency wait
-    (the validating launch is the kernel's predecessor on its stream)."""
+    the grid: nothing is written). The verdict is read once; the validating launch has
+    completed by then (both are ordinary launches on one stream, ``executable.py``)."""
     fn = lw.fn
     if lw.positions_verdict is None:
         word, _ = fn.load_ptr_tko(lw.verdict, token=lw.gate)
         lw.positions_verdict = fn.cmpi(ComparisonPredicate.NE, word,
                                        fn.constant(0, TileType(I32)), signedness=_SIGNED)
-    failed = lw.positions_verdict
     grid = [tile_count(lw, z, axis, tile) for axis, tile in enumerate(tile_shape)]
-    program = lw.block_ids[0] if lw.block_ids is not None else fn.get_tile_block_id()[0]
-    own = []
-    for axis in range(len(tile_shape)):
-        value, _ = fn.load_ptr_tko(_row_addresses(lw, z, program, axis), token=lw.gate)
-        own.append(fn.select(failed, grid[axis], lw.index_i32(value, z.positions.dtype)))
-    z.own_index = own
+    z.own_index = _own_row(lw, z, lw.positions_verdict, grid)
 
 
 def _report(lw: LoweringContext, z: TensorArg, site: int, failed: Value, row: Value,
