@@ -14,7 +14,7 @@ import pytest
 
 import tilesafe as ts
 import tilesafe.core as tc
-from tilesafe.errors import PositionsError
+from tilesafe.errors import BorrowError, CudaError, PositionsError
 
 GPU = "cuda:0"
 SENTINEL = -7.0
@@ -34,6 +34,19 @@ def write_rows(cache: tc.MutTensor[tc.f32, (64,)], rows: tc.Tensor[tc.f32, (-1,)
     """A KV-cache update on a flat cache of 64-element rows: program i writes row i."""
     i, _, _ = tc.get_tile_block_id()
     cache.store(rows.partition((64,)).load(i))
+
+
+@ts.kernel(hints={"sm_90": {"num_cta_in_cga": 2, "occupancy": 2}})
+def write_rows_in_clusters(cache: tc.MutTensor[tc.f32, (64,)], rows: tc.Tensor[tc.f32, (-1,)]):
+    """``write_rows`` launched in clusters of two programs."""
+    i, _, _ = tc.get_tile_block_id()
+    cache.store(rows.partition((64,)).load(i))
+
+
+@ts.kernel
+def bump_rows(cache: tc.MutTensor[tc.f32, (64,)]):
+    """Add one to the row a program owns (a lost or doubled update shows in the sum)."""
+    cache.store(cache.load() + 1.0)
 
 
 @ts.kernel
@@ -224,3 +237,136 @@ def test_a_graph_replay_validates_the_positions_each_time():
     make_positions(ts.borrow_mut(positions).partition(8), 20, 3).sync()
     graph.replay()
     assert np.array_equal(_table(cache)[20:44:3], data)
+
+
+def test_a_verdict_word_says_failed_until_a_validation_writes_it(validation, monkeypatch):
+    """Defence in depth: the verdict words of a new slab hold "failed", so a kernel that ran
+    before any validation wrote its word (which a validated launch never enqueues) would write
+    nothing; the first validated launch then writes "passed" into its record's word."""
+    if validation != "validated first":
+        pytest.skip("only a kernel validated first has a verdict word")
+    from tilesafe.backends.tileir import faults
+    monkeypatch.setattr(faults, "_FREE", {})  # a fresh slab for this test's records
+    fresh = faults._take(0)
+    assert fresh.device_slab.read().tolist() == [faults.VERDICT_UNVALIDATED] * faults.SLAB
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    at = ts.tensor(np.array([5, 3, 7, 1, 0, 2, 60, 33], np.int32), device=GPU).sync()
+    write_rows._plans.clear()
+    write_rows(ts.borrow_mut(cache).partition(64, at=at), rows).sync()
+    (bound,) = [plan.bound for plan in write_rows._plans.values() if plan.bound is not None]
+    words = fresh.device_slab.read()
+    at_word = (bound.fault_record.verdict_address - fresh.device_slab.address) // 4
+    assert words[at_word] == 0 and np.array_equal(_table(cache)[[5, 3, 7, 1, 0, 2, 60, 33]],
+                                                  data)
+
+
+def test_a_kernel_launched_in_clusters_is_validated_by_one_program():
+    """The validating launch of a clustered kernel is one program, without the cluster (a
+    cluster of two cannot launch as a grid of one), and the kernel then writes its rows."""
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    where = [9, 3, 7, 1, 0, 2, 60, 33]
+    at = ts.tensor(np.array(where, np.int32), device=GPU).sync()
+    write_rows_in_clusters(ts.borrow_mut(cache).partition(64, at=at), rows).sync()
+    assert np.array_equal(_table(cache)[where], data)
+    repeated = ts.tensor(np.array([9, 3, 7, 1, 0, 2, 9, 33], np.int32), device=GPU).sync()
+    fresh = _cache(GPU)
+    with pytest.raises(PositionsError, match=r"positions\[[06]\] = \(9,\) names the same tile"):
+        write_rows_in_clusters(ts.borrow_mut(fresh).partition(64, at=repeated), rows).sync()
+    assert np.all(fresh.numpy() == SENTINEL)
+
+
+def test_positions_imported_twice_through_torch_conflict_with_pending_work_on_the_other():
+    """One torch buffer imported twice: a pending write through one import blocks a scatter
+    whose positions are the other, and a pending scatter blocks a write of its positions
+    through the other import (the positions cannot change between validation and use)."""
+    torch = pytest.importorskip("torch")
+    buffer = torch.tensor([9, 3, 7, 1, 0, 2, 60, 33], dtype=torch.int32, device="cuda")
+    writer, positions = ts.from_dlpack(buffer), ts.from_dlpack(buffer)
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    writing = make_positions(ts.borrow_mut(writer).partition(8), 10, 1)  # pending
+    with pytest.raises(BorrowError, match="mutably borrowed"):
+        write_rows(ts.borrow_mut(cache).partition(64, at=positions), rows)
+    writing.sync()  # the positions are now 10, ..., 17
+    scatter = write_rows(ts.borrow_mut(cache).partition(64, at=positions), rows)  # pending
+    with pytest.raises(BorrowError):
+        make_positions(ts.borrow_mut(writer).partition(8), 0, 0)  # (would repeat row 0)
+    scatter.sync()
+    assert np.array_equal(_table(cache)[10:18], data)
+    assert np.all(np.delete(_table(cache), np.s_[10:18], axis=0) == SENTINEL)
+
+
+def test_threads_scattering_on_one_stream_lose_no_update_and_keep_their_verdicts():
+    """Eight threads enqueue on one stream, each a scatter into its own rows of one cache and
+    a scatter with a repeated row into a cache of its own; their validations and kernels
+    interleave on the stream. Every good scatter lands once and every bad one writes nothing
+    and raises for the thread that made it."""
+    import threading
+    stream = ts.Stream(GPU)
+    cache = ts.zeros((64 * 64,), ts.float32, device=GPU).sync()
+    rounds, errors, refused = 10, [], [0] * 8
+    spoiled = [_cache(GPU) for _ in range(8)]
+
+    def work(i):
+        mine = ts.tensor(np.arange(8 * i, 8 * i + 8, dtype=np.int32)[::-1].copy(),
+                         device=GPU).sync()
+        repeat = ts.tensor(np.array([i, 8 + i, i, 20], np.int32), device=GPU).sync()
+        try:
+            for _ in range(rounds):
+                ts.value(None).then(lambda _: bump_rows(ts.borrow_mut(cache).partition(
+                    64, at=mine))).sync_on(stream)
+                try:
+                    ts.value(None).then(lambda _: bump_rows(ts.borrow_mut(spoiled[i]).partition(
+                        64, at=repeat))).sync_on(stream)
+                except PositionsError as err:
+                    assert f"({i},) names the same tile" in str(err), err
+                    refused[i] += 1
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors[0]
+    assert refused == [rounds] * 8
+    assert np.array_equal(cache.numpy(), np.full(64 * 64, rounds, np.float32))
+    assert all(np.all(c.numpy() == SENTINEL) for c in spoiled)
+
+
+def test_a_kernel_launch_failing_after_its_validation_hands_everything_back(validation,
+                                                                          monkeypatch):
+    """The driver refuses the kernel's launch after its validation was enqueued: the error
+    reaches the caller with the arguments, nothing is written (repeated positions too: their
+    launch raises the failure or the validation's report), the cache is free again, and the
+    next launches write or refuse as their positions say, with no report left over."""
+    if validation != "validated first":
+        pytest.skip("only a kernel validated first has two launches")
+    from tilesafe.driver import cuda
+    real = cuda.launch_packed
+
+    def failing(stream, packed):
+        if packed.grid != (1, 1, 1):  # (the kernel; its validation is one program)
+            raise CudaError("cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES "
+                            "(made to fail by the test)")
+        real(stream, packed)
+    data, rows = _rows(8, GPU)
+    cache = _cache(GPU)
+    where = [9, 3, 7, 1, 0, 2, 60, 33]
+    at = ts.tensor(np.array(where, np.int32), device=GPU).sync()
+    monkeypatch.setattr(cuda, "launch_packed", failing)
+    with pytest.raises(CudaError, match="made to fail") as info:
+        write_rows(ts.borrow_mut(cache).partition(64, at=at), rows).sync()
+    assert len(info.value.arguments) == 2
+    repeated = ts.tensor(np.array([9, 3, 9, 1, 0, 2, 60, 33], np.int32), device=GPU).sync()
+    with pytest.raises((CudaError, PositionsError)):
+        write_rows(ts.borrow_mut(cache).partition(64, at=repeated), rows).sync()
+    monkeypatch.setattr(cuda, "launch_packed", real)
+    assert np.all(cache.numpy() == SENTINEL)
+    write_rows(ts.borrow_mut(cache).partition(64, at=at), rows).sync()  # no stale report
+    assert np.array_equal(_table(cache)[where], data)
+    with pytest.raises(PositionsError, match="names the same tile"):
+        write_rows(ts.borrow_mut(cache).partition(64, at=repeated), rows).sync()
+    write_rows(ts.borrow_mut(cache).partition(64, at=at), rows).sync()  # raised once only

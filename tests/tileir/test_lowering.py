@@ -319,6 +319,11 @@ def two_stores(z: tc.MutTensor[tc.f32, "S"], x: tc.Tensor[tc.f32, (-1,)]):
 
 
 @ts.kernel
+def no_memory(seed: tc.u32):
+    tc.print("seed %d", seed)
+
+
+@ts.kernel
 def small_loops(z: tc.MutTensor[tc.i16, (16,)], n: tc.i16, m: tc.u32, scale: float):
     t = tc.zeros((16,), tc.i16)
     for i in range(n):
@@ -627,6 +632,16 @@ def test_token_chain_and_shared_loads(tool, disasm_tool, tmp_path):
         assert after[1] == before[2], ops
 
 
+def test_a_kernel_without_memory_accesses_still_waits(tool, disasm_tool, tmp_path):
+    """A programmatic dependent that touches no memory still waits for its predecessor: the
+    kernel after it waits only for it, so finishing early would let that one read first."""
+    ir = no_memory.ir(np.uint32(3), grid=(2, 1, 1))
+    text = disasm(disasm_tool, lower_kernel(ir), tmp_path)
+    assert has_op(text, "gdc_wait_tko") and has_op(text, "gdc_launch_dependents_tko"), text
+    old = disasm(disasm_tool, lower_kernel(ir, version=(13, 3)), tmp_path, "k13_3")
+    assert "gdc_" not in old, old  # (13.3: never launched as a programmatic dependent)
+
+
 def test_bytecode_13_3_has_no_grid_dependency(tool, disasm_tool, tmp_path):
     """Before 13.4 there is no wait: the chain starts from make_token and shared loads take no
     token, and such a kernel must not be launched as a programmatic dependent."""
@@ -648,15 +663,6 @@ def test_programmatic_launch_false_leaves_the_wait_out(tool, disasm_tool, tmp_pa
     assert not waits_for_predecessor((13, 4), plain.hints)
     assert waits_for_predecessor((13, 4), {"programmatic_launch": True})
     assert waits_for_predecessor((13, 4), {"sm_90": {"occupancy": 2}})
-
-
-def test_kernel_without_memory_access_has_no_wait(disasm_tool, tmp_path):
-    @ts.kernel
-    def nothing(z: tc.MutTensor[tc.f32, "S"]):
-        tc.zeros((8,), tc.f32)
-
-    text = disasm(disasm_tool, lower_kernel(nothing.ir(vec(8).partition(8))), tmp_path)
-    assert "gdc_" not in text, text
 
 
 def test_token_is_threaded_through_if_and_for(tool, disasm_tool, tmp_path):

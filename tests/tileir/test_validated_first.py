@@ -105,3 +105,84 @@ def test_both_launches_assemble_for_sm_90():
         cubin = driver.assemble(lower_kernel(ir, facts=facts, positions_only=positions_only),
                                 "sm_90", kernel=ir, tool=tool)
         assert cubin[:4] == b"\x7fELF"
+
+
+def test_positions_facts_are_refused_on_a_parameter_that_is_not_an_indexed_partition():
+    with pytest.raises(CompileError, match="fact 'validated_first' applies only to an indexed "
+                       "partition.*'rows' is not one"):
+        lower_kernel(_ir(), debug=False, facts={"rows": {"validated_first": True}})
+    with pytest.raises(CompileError, match="fact 'positions_of' applies only"):
+        lower_kernel(_ir(), debug=False, facts={"rows": {"positions_of": 0}})
+
+
+def test_twin_partitions_count_their_shared_positions_once():
+    """Two partitions over the very same positions are validated once, so the threshold
+    counts those positions once; over distinct positions, both count."""
+    above = launch_facts_module.VALIDATE_FIRST_ABOVE
+    n = above // 2 + 1
+    twins = _args(n, n)
+    twins[1] = _partition("b", _positions(n), 1 << 22)  # (a's positions: the same address)
+    facts = dict(launch_facts(_ir(), twins))
+    assert dict(facts["b"]).get("positions_of") == 0 and not validates_first(tuple(facts.items()))
+    assert validates_first(launch_facts(_ir(), _args(n, n)))
+
+
+class _Handle:
+    def __init__(self, cubin):
+        self.handle = {b"main": 0x1000, b"check": 0x2000}[cubin]
+
+
+class _Records:
+    """Fault records of fake memory: a record's address and its verdict word's."""
+
+    def new(self):
+        from tilesafe.backends.tileir.faults import FaultRecord
+
+        class Memory:
+            address, verdict, words = 0xA000, 0xB000, np.zeros(8, np.int64)
+        return FaultRecord(_ir(), Memory())
+
+
+def test_a_validated_launch_enqueues_the_validation_then_the_kernel_as_ordinary_launches(
+        monkeypatch):
+    """Bound on a device that allows programmatic launches, a kernel validated first still
+    binds two ordinary launches: the validation as one program, then the kernel over its grid,
+    with the same arguments ending in the fault record and the verdict word, enqueued in that
+    order on the one stream the launch is given."""
+    from tilesafe.backends.tileir import executable
+    from tilesafe.driver import cuda
+    monkeypatch.setattr(cuda, "load_kernel", lambda cubin, name, index: _Handle(cubin))
+    enqueued = []
+    monkeypatch.setattr(cuda, "launch_packed",
+                        lambda stream, packed: enqueued.append((stream, packed)))
+    exe = executable.TileIRExecutable("write_pair", b"main", 0, programmatic=True,
+                                      fault_records=_Records(), validating_cubin=b"check")
+    bound = exe.bind(_args(300, 300), (300, 1, 1))
+    assert isinstance(bound, executable.ValidatedLaunch) and bound.driver_launch is None
+    check, kernel = bound.validation, bound.kernel
+    assert (check.function, check.grid, check.programmatic) == (0x2000, (1, 1, 1), False)
+    assert (kernel.function, kernel.grid, kernel.programmatic) == (0x1000, (300, 1, 1), False)
+    assert [int(v) for v in kernel.values[-2:]] == [0xA000, 0xB000]
+    assert [v.tobytes() for v in check.values] == [v.tobytes() for v in kernel.values]
+    assert bound.fault_record is kernel.fault_record and kernel.fault_record is not None
+
+    class Stream:
+        native_address = 77
+    bound.launch(Stream())
+    assert [(s, p.function) for s, p in enqueued] == [(77, 0x2000), (77, 0x1000)]
+    plain = executable.TileIRExecutable("write_pair", b"main", 0, programmatic=True,
+                                        fault_records=_Records())
+    alone = plain.bind(_args(3, 3), (3, 1, 1))
+    assert alone.programmatic and [int(v) for v in alone.values[-1:]] == [0xA000]
+
+
+def test_the_validating_launch_drops_the_kernels_cluster_and_occupancy_hints():
+    """The validating launch is one program: the kernel's cluster hint (a cluster of two
+    cannot launch as a grid of one) and occupancy hint are not written into it."""
+    ir = _ir()
+    facts = {"a": {"validated_first": True}, "b": {"validated_first": True}}
+    hints = {"sm_90": {"num_cta_in_cga": 2, "occupancy": 2}}
+    plain = lower_kernel(ir, debug=False, facts=facts, positions_only=True)
+    assert lower_kernel(ir, debug=False, facts=facts, positions_only=True, hints=hints) == plain
+    assert lower_kernel(ir, debug=False, facts=facts, hints=hints) != lower_kernel(
+        ir, debug=False, facts=facts)

@@ -110,13 +110,26 @@ class MappedWords:
 
 class DeviceWords:
     """``count`` int32 words of device memory on device ``index`` (``cuMemAlloc``: not
-    stream-ordered, so usable from any stream at once), not initialized; freed with the
-    object."""
+    stream-ordered, so usable from any stream at once), each set to ``initial`` before the
+    constructor returns; freed with the object."""
 
-    def __init__(self, index: int, count: int):
+    def __init__(self, index: int, count: int, initial: int = 0):
         make_current(index)
-        self.address = int(_check(_driver().cuMemAlloc(count * 4), "cuMemAlloc"))
+        driver = _driver()
+        self._count = count
+        self.address = int(_check(driver.cuMemAlloc(count * 4), "cuMemAlloc"))
         self._finalizer = weakref.finalize(self, _free_device, index, self.address)
+        # (the memset runs on the legacy stream, which other streams need not wait for: the
+        # words are set once that stream has finished, before anything can use them)
+        _check(driver.cuMemsetD32(self.address, initial & 0xFFFFFFFF, count), "cuMemsetD32")
+        _check(driver.cuStreamSynchronize(0), "cuStreamSynchronize")
+
+    def read(self) -> np.ndarray:
+        """The words now (a synchronous copy to the host; for tests and diagnostics)."""
+        count = self._count
+        host = np.empty(count, np.int32)
+        _check(_driver().cuMemcpyDtoH(host.ctypes.data, self.address, count * 4), "cuMemcpyDtoH")
+        return host
 
 
 def _free_device(index: int, address: int) -> None:

@@ -48,7 +48,10 @@ def launch_facts(kernel: KernelIR, args: Sequence[KernelArg]) -> Any:
             entry["positions_of"] = twin
         facts[arg.name] = entry
     indexed = [arg for arg in args if arg.positions is not None]
-    if sum(arg.positions.shape[0] for arg in indexed) > VALIDATE_FIRST_ABOVE:
+    # (a twin's positions are its first partition's, validated once: counted once)
+    validated = sum(arg.positions.shape[0] for arg in indexed
+                    if "positions_of" not in facts[arg.name])
+    if validated > VALIDATE_FIRST_ABOVE:
         for arg in indexed:
             facts[arg.name]["validated_first"] = True
     return normalize_facts(facts)

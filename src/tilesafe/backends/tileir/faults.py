@@ -13,7 +13,7 @@ uses.
 A record also holds one word of device memory, the *verdict* of a kernel whose indexed
 partitions' positions a launch of one program validates before it (``lower/positions.py``):
 that launch writes it (0: passed, 1: failed) and reports a failure to the record; the kernel
-reads it.
+reads it. A new word holds "failed" until its first validation writes it.
 
 The access itself stayed inside its tensor (a bounds-checked view, a masked gather or atomic),
 so no memory outside the tensors was touched. Launches that share a record share their
@@ -119,6 +119,10 @@ _FREE: dict[int, list] = {}  # device index -> the memory of dropped records, ze
 _FREE_LOCK = threading.Lock()
 
 
+#: what a verdict word holds before any validating launch wrote it: failed, so a kernel that
+#: ran without its validation (which ``ValidatedLaunch`` never enqueues) would write nothing
+VERDICT_UNVALIDATED = 1
+
 #: records per page-locked allocation: a launch plan takes one, and allocating page-locked
 #: memory is slow and not allowed while a CUDA graph is being captured on the device (a
 #: library call made inside a torch graph capture binds a new plan), so records come in slabs
@@ -141,7 +145,7 @@ class _Slice:
 def _add_slab(index: int, free: list) -> None:
     try:
         slab = cuda.MappedWords(index, FAULT_WORDS * SLAB)
-        device_slab = cuda.DeviceWords(index, SLAB)
+        device_slab = cuda.DeviceWords(index, SLAB, initial=VERDICT_UNVALIDATED)
     except CudaError as err:
         if "CAPTURE" not in str(err):
             raise

@@ -54,14 +54,16 @@ writes, like Rust's ``&`` and ``&mut`` references).
 
 Grid dependency (programmatic dependent launch)
 -----------------------------------------------
-From bytecode 13.4 on, a kernel that touches memory starts with ``gdc_wait`` (wait until the
+From bytecode 13.4 on, every kernel starts with ``gdc_wait`` (wait until the
 kernel it programmatically depends on has completed and its writes are visible; immediate for
 an ordinary launch), then ``gdc_launch_dependents`` (the next kernel of the stream may start
 scheduling). Every memory access depends on the wait's token: the mutable chain starts from
 it and shared loads take it as their only token, so they stay free to reorder among
 themselves. Such a kernel can therefore be launched as a programmatic dependent
 (:func:`waits_for_predecessor`): its launch overlaps the previous kernel's tail, and it still
-reads nothing before that kernel has finished.
+reads nothing before that kernel has finished. A kernel that touches no memory waits too:
+the wait of the kernel launched after it covers only its direct predecessor, so one that
+completed without waiting would let its successor read before the writer before it finished.
 
 Facts (``facts=``): what the launcher knows about the arguments, as ``assume`` ops
 ----------------------------------------------------------------------------------
@@ -129,6 +131,8 @@ _TENSOR_KINDS = ("tensor", "mut_tensor", "mapped", "atomic")
 _FACT_KEYS = {"tensor": ("ptr_align", "dims_div", "strides_div", "strides", "positions_of",
                          "validated_first"),
               "pointer": ("ptr_align",), "scalar": ("div_by", "bounds")}
+#: facts about an indexed partition's positions, refused on any other parameter
+_POSITIONS_FACTS = ("positions_of", "validated_first")
 
 
 class AbiArg(NamedTuple):
@@ -215,6 +219,7 @@ def normalize_facts(facts: Union[None, Mapping[str, Mapping[str, Any]], Facts]) 
 
 def _check_facts(kernel: KernelIR, facts: Facts) -> dict[str, dict[str, Any]]:
     params = {p.name: p for p in kernel.params}
+    indexed = {p.name for p in indexed_params(kernel)}
     checked: dict[str, dict[str, Any]] = {}
     for name, entries in facts:
         p = params.get(name)
@@ -228,6 +233,10 @@ def _check_facts(kernel: KernelIR, facts: Facts) -> dict[str, dict[str, Any]]:
                 raise CompileError(f"fact '{key}' does not apply to the {p.kind} parameter "
                                    f"'{name}' (allowed: {', '.join(allowed) or 'none'})",
                                    kernel.location, kernel=kernel.name)
+            if key in _POSITIONS_FACTS and name not in indexed:
+                raise CompileError(f"fact '{key}' applies only to an indexed partition (a "
+                                   f"mutable tensor partitioned with at=positions); '{name}' "
+                                   "is not one", kernel.location, kernel=kernel.name)
             if key in ("dims_div", "strides_div", "strides") and len(value) != _rank(p):
                 raise CompileError(f"fact '{key}' of '{name}' needs {_rank(p)} entries, got "
                                    f"{len(value)}", kernel.location, kernel=kernel.name)
@@ -407,7 +416,9 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
         inbounds = False
     checked_facts = _with_dim_factors(kernel, _check_facts(kernel, normalize_facts(facts)),
                                       hints)
-    entry_hints = arch_hints(hints)
+    # (the validating launch is one program: a cluster or occupancy hint made for the
+    # kernel's grid would not fit it, and a cluster larger than its grid cannot launch)
+    entry_hints = {} if positions_only else arch_hints(hints)
     first = any(entries.get("validated_first") for entries in checked_facts.values())
     if positions_only and not first:
         raise CompileError("internal error: a positions-only lowering needs the fact "
@@ -425,7 +436,10 @@ def lower_kernel(kernel: KernelIR, *, version: Sequence[int] = (13, 4),
     names = {op.name for op in ops}
     lw.checked_sites = {id(op): site for site, op in enumerate(fault_sites(kernel), 1)}
     _bind_params(lw, checked_facts, first)
-    if waits_for_predecessor(version, hints) and any(lw.accesses_memory(op) for op in ops):
+    if waits_for_predecessor(version, hints):
+        # every kernel launched as a programmatic dependent waits, one that touches no memory
+        # too: the wait of the kernel after it covers only its direct predecessor, so a kernel
+        # that finished without waiting would let that one read before the writer completed
         lw.gate = fn.gdc_wait()
         fn.gdc_launch_dependents(lw.gate)
     if any(lw.needs_token(op) for op in ops):
