@@ -130,3 +130,69 @@ def test_the_lowering_writes_each_mode():
     assert "flush_to_zero" in line_of("exp2"), text
     assert "rounding<approx> flush_to_zero" in line_of("divf"), text
     assert "propagate_nan" not in line_of("maxf") + line_of("minf"), text
+
+
+# -- fast accumulation of f8 products ----------------------------------------------------------
+
+@ts.kernel
+def f8_product(z: tc.MutTensor[tc.f32, (16, 16)], a: tc.Tensor[tc.f8e4m3fn, (16, 64)],
+               b: tc.Tensor[tc.f8e4m3fn, (64, 16)], FAST: tc.Const[bool]):
+    """Two K tiles accumulated, with or without the GPU's fast accumulation."""
+    pa, pb = a.partition((16, 32)), b.partition((32, 16))
+    acc = tc.zeros((16, 16), tc.f32)
+    for k in range(2):
+        acc = tc.mma(pa.load((0, k)), pb.load((k, 0)), acc, fast_accumulation=FAST)
+    z.store(acc)
+
+
+def _f8_operands():
+    rng = np.random.default_rng(11)
+    return (ts.tensor(rng.standard_normal((16, 64)).astype(np.float32), ts.float8_e4m3fn).sync(),
+            ts.tensor(rng.standard_normal((64, 16)).astype(np.float32), ts.float8_e4m3fn).sync())
+
+
+def test_fast_accumulation_is_the_same_exact_sum_on_the_interpreter():
+    a, b = _f8_operands()
+    want = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
+    for fast in (False, True):
+        z = ts.zeros((16, 16)).sync()
+        f8_product(ts.borrow_mut(z).partition((16, 16)), a, b, FAST=fast).sync()
+        assert np.array_equal(z.numpy(), want.astype(np.float32)), fast
+
+
+def test_the_lowering_writes_fast_accumulation_only_where_asked():
+    import subprocess
+    import tempfile
+    from tilesafe.backends.tileir import tileiras
+    from tilesafe.backends.tileir.lower import lower_kernel
+    tool = tileiras.find_tileirdisasm()
+    if tool is None:
+        pytest.skip("tileirdisasm is not installed")
+    a, b = _f8_operands()
+    for fast in (False, True):
+        ir = f8_product.ir(ts.zeros((16, 16)).sync().partition((16, 16)), a, b, FAST=fast)
+        with tempfile.NamedTemporaryFile(suffix=".tileirbc") as f:
+            f.write(lower_kernel(ir))
+            f.flush()
+            text = subprocess.run([tool, f.name], capture_output=True, text=True).stdout
+        (line,) = [line for line in text.splitlines() if "= mmaf " in line]
+        assert ("fast_acc" in line) == fast, line
+
+
+@pytest.mark.parametrize("operands, flag, says", [
+    ("tc.f16", "True", "mma: fast_accumulation applies to f8e4m3fn and f8e5m2 operands, not f16"),
+    ("tc.f8e5m2", "1", "mma: fast_accumulation must be True or False, got 1"),
+])
+def test_fast_accumulation_misuse_is_a_compile_error_at_the_line(tmp_path, operands, flag, says):
+    path = tmp_path / "bad_mma.py"
+    path.write_text(
+        "import tilesafe as ts\nimport tilesafe.core as tc\n\n"
+        "@ts.kernel\n"
+        "def bad(z: tc.MutTensor[tc.f32, (16, 16)]):\n"
+        f"    t = tc.zeros((16, 16), {operands})\n"
+        f"    z.store(tc.mma(t, t, tc.zeros((16, 16), tc.f32), fast_accumulation={flag}))\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    with pytest.raises(DTypeError) as info:
+        namespace["bad"].ir(ts.zeros((16, 16)).sync().partition((16, 16)))
+    assert says in str(info.value) and "bad_mma.py:7" in str(info.value)

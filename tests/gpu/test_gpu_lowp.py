@@ -106,6 +106,29 @@ def test_f8_gemm_against_float64(rng, ab, acc):
     _within(z.unpartition().numpy(), a, b, acc)
 
 
+@ts.kernel
+def f8_gemm_fast(z: tc.MutTensor[tc.f32, ("BM", "BN")], x: tc.Tensor["A", (-1, -1)],
+                 y: tc.Tensor["A", (-1, -1)], BK: tc.Const[int]):
+    """``f8_gemm`` with the tensor cores' fast accumulation across the K loop."""
+    px, py = x.partition((BM, BK)), y.partition((BK, BN))
+    i, j, _ = tc.get_tile_block_id()
+    acc = tc.zeros((BM, BN), tc.f32)
+    for k in range(tc.num_tiles(px, 1)):
+        acc = tc.mma(px.load((i, k)), py.load((k, j)), acc, fast_accumulation=True)
+    z.store(acc)
+
+
+def test_f8_fast_accumulation_against_float64(rng):
+    """Fast accumulation over a long K (64 tiles) stays within the error bound of an f16
+    accumulator's (the tensor cores keep fewer bits than f32 across the loop)."""
+    m, n, k = 256, 256, 4096
+    a = rng.standard_normal((m, k)).astype(ts.float8_e4m3fn.storage)
+    b = rng.standard_normal((k, n)).astype(ts.float8_e4m3fn.storage)
+    z = poisoned((m, n), ts.float32, GPU).partition((128, 128))
+    z, *_ = f8_gemm_fast(z, ts.tensor(a, device=GPU), ts.tensor(b, device=GPU), 64).sync()
+    _within(z.unpartition().numpy(), a, b, ts.float16)
+
+
 def test_tf32_gemm_against_float64(rng):
     m, n, k = 256, 384, 300
     a = rng.standard_normal((m, k)).astype(np.float32)

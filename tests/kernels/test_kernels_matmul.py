@@ -298,6 +298,40 @@ def test_scaled_misuse_is_refused():
              r"scaled_matmul: scale_b is float16 of shape \(1,\)")
     _refused(lambda: scaled_matmul(a8, w8, 0.5, sb),
              "scaled_matmul: scale_a must be a tilesafe tensor, got float")
+    _refused(lambda: scaled_matmul(a8, w8, sa, sb, fast_accumulation="yes"),
+             "scaled_matmul: fast_accumulation='yes' must be True or False")
+
+
+def test_fast_accumulation_launches_the_fast_kernels_under_its_own_key(monkeypatch):
+    """Asked for, fast accumulation reaches the scaled kernels (tiled and persistent) as
+    FAST=True and files its tuning under a key of its own; the interpreter's sums are the
+    same exact ones."""
+    a, b = _operands(200, 136, 264, "float8_e4m3fn", seed=14)
+    at, bt = ts.tensor(a).sync(), ts.tensor(b).sync()
+    keys, fast_consts = [], []
+    real = mm_module.launch_tiled.fn
+
+    def spy(*args, **kwargs):
+        keys.append(mm_module._skinny.problem_key(*args[:5]))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(mm_module.launch_tiled, "fn", spy)
+    kernel_type = type(mm_module.tile_kernel("tiled", True))
+    real_call = kernel_type.__call__
+
+    def spy_call(self, *args, **kwargs):
+        fast_consts.append(kwargs.get("FAST"))
+        return real_call(self, *args, **kwargs)
+    monkeypatch.setattr(kernel_type, "__call__", spy_call)
+    results = [scaled_matmul(at, bt, *_scales(), fast_accumulation=fast).sync().numpy()
+               for fast in (False, True)]
+    assert np.array_equal(results[0], results[1])
+    _assert_close(results[1], a, b.T, "bfloat16", SCALE_A * SCALE_B)
+    assert [key[-1] for key in keys] == [True, "fast accumulation"], keys
+    out = Output(None, (200, 136), ts.bfloat16, at.device)
+    out.fast_accumulation = True
+    r = mm_module.launch_persistent(at, bt.T, out, *(s.reshape(1) for s in _scales())).sync()
+    assert np.array_equal(out.tensor(r.z.partition).numpy(), results[0])
+    assert fast_consts == [False, True, True], fast_consts
 
 
 @pytest.mark.parametrize("index", range(len(skinny.GEMV_CONFIGS)))

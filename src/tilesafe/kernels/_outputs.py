@@ -30,6 +30,9 @@ class Output:
     #: need some besides this output (a split-K matmul's partial sums), so the call allocates
     #: nothing and can be recorded into a graph; None: allocated per call
     workspace: Optional[Tensor] = None
+    #: for a product of 8-bit floats, whether its tensor-core paths accumulate fast (``tc.mma``'s
+    #: ``fast_accumulation``; ``scaled_matmul``'s keyword)
+    fast_accumulation: bool = False
 
     def __init__(self, out: Any, shape: Sequence[int], dtype: DType, device: Any, *,
                  name: str = "out", op: str = "kernel"):

@@ -276,9 +276,11 @@ def m_bucket(m: int) -> int:
 
 
 def problem_key(a: Any, b_kn: Any, out: Any, scale_a: Any, scale_b: Any) -> tuple:
-    """The autotune key of every matmul launch: (M bucket, N, K, dtype, scaled)."""
+    """The autotune key of every matmul launch: (M bucket, N, K, dtype, scaled), and
+    ``"fast accumulation"`` after them where the output asks for it (``Output``)."""
+    fast = ("fast accumulation",) if getattr(out, "fast_accumulation", False) else ()
     return (m_bucket(a.shape[0]), b_kn.shape[1], a.shape[1], a.dtype.name,
-            scale_a is not None)
+            scale_a is not None) + fast
 
 
 #: (BN, BK, waves[, occupancy][, slices]): columns per program, K chunk, programs per SM wanted

@@ -77,26 +77,28 @@ def add_into(z: tc.MutTensor["T", (1, "BC")], x: tc.Tensor["T", (-1, -1)]):  # n
 
 
 @_device_function
-def _tile_product(pa, pb, m, n, BM, BN):
-    """f32 ``(BM, BN)``: row tile ``m`` of ``pa`` times column tile ``n`` of ``pb`` over K."""
+def _tile_product(pa, pb, m, n, BM, BN, FAST):
+    """f32 ``(BM, BN)``: row tile ``m`` of ``pa`` times column tile ``n`` of ``pb`` over K
+    (``FAST``: the 8-bit floats' fast accumulation, see ``tc.mma``)."""
     acc = tc.zeros((BM, BN), tc.f32)
     for k in range(tc.num_tiles(pa, 1)):
-        acc = tc.mma(pa.load((m, k)), pb.load((k, n)), acc)
+        acc = tc.mma(pa.load((m, k)), pb.load((k, n)), acc, fast_accumulation=FAST)
     return acc
 
 
 def matmul_tiled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
                  b: tc.Tensor["T", (-1, -1)], BK: tc.Const[int]):
     i, j, _ = tc.get_tile_block_id()
-    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
+    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN, False)
     z.store(acc.astype(z.dtype))
 
 
 def matmul_tiled_scaled(z: tc.MutTensor["TO", ("BM", "BN")], a: tc.Tensor["T", (-1, -1)],
                         b: tc.Tensor["T", (-1, -1)], scale_a: tc.Tensor[tc.f32, (1,)],
-                        scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int]):
+                        scale_b: tc.Tensor[tc.f32, (1,)], BK: tc.Const[int],
+                        FAST: tc.Const[bool]):
     i, j, _ = tc.get_tile_block_id()
-    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN)
+    acc = _tile_product(a.partition((BM, BK)), b.partition((BK, BN)), i, j, BM, BN, FAST)
     z.store((acc * scale_product(scale_a, scale_b)).astype(z.dtype))
 
 
@@ -106,22 +108,22 @@ def matmul_persistent(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
     pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
     for idx in z.iter_indices():
         m, n = idx.coords()
-        z.store(_tile_product(pa, pb, m, n, BM, BN).astype(z.dtype), idx)
+        z.store(_tile_product(pa, pb, m, n, BM, BN, False).astype(z.dtype), idx)
 
 
 def matmul_persistent_scaled(z: tc.MappedPartitionMut["TO", ("BM", "BN"), "G"],
                              a: tc.Tensor["T", (-1, -1)], b: tc.Tensor["T", (-1, -1)],
                              scale_a: tc.Tensor[tc.f32, (1,)], scale_b: tc.Tensor[tc.f32, (1,)],
-                             BK: tc.Const[int]):
+                             BK: tc.Const[int], FAST: tc.Const[bool]):
     pa, pb = a.partition((BM, BK)), b.partition((BK, BN))
     scale = scale_product(scale_a, scale_b)
     for idx in z.iter_indices():
         m, n = idx.coords()
-        z.store((_tile_product(pa, pb, m, n, BM, BN) * scale).astype(z.dtype), idx)
+        z.store((_tile_product(pa, pb, m, n, BM, BN, FAST) * scale).astype(z.dtype), idx)
 
 
 _EXAMPLE = {"T": tc.f16, "TO": tc.f16, "BM": 128, "BN": 128, "BK": 64}
-_EXAMPLE_F8 = {"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 128, "BN": 128, "BK": 128}
+_EXAMPLE_F8 = {"T": tc.f8e4m3fn, "TO": tc.bf16, "BM": 128, "BN": 128, "BK": 128, "FAST": False}
 _FUNCTIONS = {
     ("tiled", False): (matmul_tiled, _EXAMPLE),
     ("tiled", True): (matmul_tiled_scaled, _EXAMPLE_F8),
@@ -184,6 +186,11 @@ def _scale_args(scale_a: Any, scale_b: Any) -> tuple:
     return () if scale_a is None else (scale_a, scale_b)
 
 
+def _scaled_consts(scale_a: Any, out: Output) -> dict:
+    """The scaled kernels' ``FAST`` (the output's ``fast_accumulation``); none for others."""
+    return {} if scale_a is None else {"FAST": bool(out.fast_accumulation)}
+
+
 @autotune(configs=LARGE_CONFIGS, key=_skinny.problem_key,
           kernels=(tile_kernel("persistent", False), tile_kernel("persistent", True)),
           name="tilesafe.kernels.matmul.persistent")
@@ -207,7 +214,8 @@ def launch_persistent(a: Any, b_kn: Any, out: Output, scale_a: Any, scale_b: Any
     def run(tensor: Tensor, moved: bool) -> DeviceOp:
         part = (tensor if moved else borrow_mut(tensor)).partition((bm, bn))
         return kernel(part.map((GROUP_ROWS, 1), programs), a, b_kn,
-                      *_scale_args(scale_a, scale_b), BK=_k_tile(config, a.dtype))
+                      *_scale_args(scale_a, scale_b), BK=_k_tile(config, a.dtype),
+                      **_scaled_consts(scale_a, out))
     if isinstance(out.value, Tensor):
         return run(out.value, False)
     # a lazy allocation has no mapped partition before it runs: map the tensor it makes
@@ -226,7 +234,7 @@ def launch_tiled(a: Any, b_kn: Any, out: Output, scale_a: Any, scale_b: Any, *,
     bn = min(int(config["BN"]), max(16, _pow2_at_least(n)))
     kernel = tile_kernel("tiled", scale_a is not None, config["warps"], config["cga"])
     return kernel(out.partition((bm, bn)), a, b_kn, *_scale_args(scale_a, scale_b),
-                  BK=_k_tile(config, a.dtype))
+                  BK=_k_tile(config, a.dtype), **_scaled_consts(scale_a, out))
 
 
 def path_of(m: int, n: int, dtype: DType, scaled: bool) -> str:
@@ -338,7 +346,7 @@ def _scale_tensor(value: Any, name: str, device: Any, op: str, where: Any) -> Te
 
 def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
          scales: tuple = (None, None), workspace: Any = None,
-         accumulate: bool = False) -> DeviceOp:
+         accumulate: bool = False, fast_accumulation: bool = False) -> DeviceOp:
     (m, _), n = a2.shape, b_kn.shape[1]
     shape = lead + (n,)
     if workspace is not None and (not isinstance(workspace, Tensor)
@@ -354,6 +362,7 @@ def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
     elif len(lead) != 1:
         target = Output(None, (m, n), dtype, a2.device, op=op)
     target.workspace = workspace
+    target.fast_accumulation = fast_accumulation
     launched = launch(a2, b_kn, target, *scales)
     if target is result:
         return launched.then(lambda r: result.tensor(_plain(r.z)))
@@ -599,7 +608,7 @@ def matmul_workspace(a: Any, b: Any, *, b_layout: str = "nk") -> Any:
 @accepts_torch
 def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str = "nk",
                   out_dtype: DType = bfloat16, out: Any = None,
-                  workspace: Any = None) -> DeviceOp:
+                  workspace: Any = None, fast_accumulation: bool = False) -> DeviceOp:
     """``(a @ b.T) * scale_a * scale_b`` for 8-bit float operands, like ``torch._scaled_mm``:
     exact products, f32 accumulation, the scales applied once in the epilogue.
 
@@ -612,17 +621,29 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, b_layout: str =
         out_dtype: bfloat16 (default), float16 or float32.
         out: a tensor of shape (..., N) and ``out_dtype`` to write in place.
         workspace: as for :func:`matmul`.
+        fast_accumulation: like ``torch._scaled_mm``'s ``use_fast_accum``: on Hopper, keep
+            the sum over K in the tensor cores' reduced-precision accumulator instead of
+            adding each K tile's product into an f32 accumulator (``tc.mma``), which is faster
+            and less precise. It applies to products of more than 16 rows (fewer rows stream
+            the weight, and always accumulate precisely); the ``cpu`` interpreter computes
+            the exact sum either way.
 
     Returns:
         A DeviceOp whose result is the (..., N) output (``out`` itself when given).
 
     Raises:
-        ArgumentError: as :func:`matmul`, and for a scale that is not one float32 value on
-            the operands' device; nothing is launched.
+        ArgumentError: as :func:`matmul`, for a scale that is not one float32 value on the
+            operands' device, and for a ``fast_accumulation`` that is not a bool; nothing is
+            launched.
     """
     where = caller_location()
+    if not isinstance(fast_accumulation, bool):
+        raise ArgumentError(f"scaled_matmul: fast_accumulation={fast_accumulation!r} must be "
+                            "True or False", where, hint="pass fast_accumulation=True to trade "
+                            "precision for speed, as torch._scaled_mm's use_fast_accum does")
     a2, b_kn, lead = _operands(a, b, b_layout, SCALED_DTYPES, "scaled_matmul", where)
     scales = tuple(_scale_tensor(s, name, a2.device, "scaled_matmul", where)
                    for s, name in ((scale_a, "scale_a"), (scale_b, "scale_b")))
     dtype = _out_dtype(out_dtype, bfloat16, "scaled_matmul", where)
-    return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales, workspace)
+    return _run(a2, b_kn, lead, out, dtype, "scaled_matmul", scales, workspace,
+                fast_accumulation=fast_accumulation)

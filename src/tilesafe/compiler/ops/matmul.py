@@ -11,6 +11,13 @@ float64), sums in float64 and rounds once to the accumulator's dtype; a GPU accu
 accumulator's dtype on tensor cores in an unspecified order (Hopper's f8 tensor cores with a
 reduced-precision internal accumulator), so float results agree within a tolerance (documented
 per dtype in the test suite), integer ones exactly.
+
+Fast accumulation (``mma(a, b, acc, fast_accumulation=True)``, f8 operands only) is a float
+mode, chosen per op by the kernel's author: Hopper then keeps the whole K loop in its tensor
+cores' reduced-precision accumulator, where by default each ``mma`` op's product is added into
+the f32 accumulator on the CUDA cores (one more f32 tile of registers and an add per element,
+each op). The interpreter computes the same exact sum either way; the GPU's result is less
+precise (``torch._scaled_mm(use_fast_accum=True)`` makes the same trade).
 """
 
 from __future__ import annotations
@@ -82,8 +89,8 @@ op("mma", "Matrix multiply-accumulate: a @ b + acc (a: [B]xMxK, b: [B]xKxN, acc:
    _mma_eval)
 
 
-def _build_mma(b, x, y, acc):
-    """mma(a, b, acc) -> tile
+def _build_mma(b, x, y, acc, fast_accumulation=False):
+    """mma(a, b, acc, fast_accumulation=False) -> tile
 
     ``a @ b + acc`` for 2-D tiles a (M x K), b (K x N) and acc (M x N), or batched 3-D tiles
     a (B x M x K), b (B x K x N) and acc (B x M x N); the result has the accumulator's dtype.
@@ -96,8 +103,24 @@ def _build_mma(b, x, y, acc):
     accumulator's dtype; a GPU sums on tensor cores in its own order, so float results agree
     within a tolerance (f8 inputs: Hopper's f8 tensor cores accumulate with reduced
     precision, expect a relative error of about 2**-13 of the sum of |products|).
+
+    ``fast_accumulation=True`` (f8 operands only): the GPU accumulates in the tensor cores'
+    reduced-precision accumulator across calls too, instead of adding each call's product
+    into ``acc`` in f32 (faster: no second accumulator tile, no adds; less precise). The
+    interpreter's result is the same exact sum.
     """
-    return b.emit1("mma", (b.tile(x, "mma lhs"), b.tile(y, "mma rhs"), b.tile(acc, "mma acc")))
+    operands = (b.tile(x, "mma lhs"), b.tile(y, "mma rhs"), b.tile(acc, "mma acc"))
+    if not isinstance(fast_accumulation, bool):
+        raise b.error(DTypeError, f"mma: fast_accumulation must be True or False, got "
+                      f"{fast_accumulation!r}", "pass a Python bool, or a tc.Const[bool]")
+    if not fast_accumulation:
+        return b.emit1("mma", operands)
+    dtype = operands[0].type.dtype
+    if dtype not in (dt.float8_e4m3fn, dt.float8_e5m2):
+        raise b.error(DTypeError, f"mma: fast_accumulation applies to f8e4m3fn and f8e5m2 "
+                      f"operands, not {dtype.short}", "leave fast_accumulation out: other "
+                      "operand types always accumulate at the accumulator's precision")
+    return b.emit1("mma", operands, {"fast_accumulation": True})
 
 
 def _build_matmul(b, x, y):

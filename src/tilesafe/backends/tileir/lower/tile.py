@@ -354,8 +354,9 @@ def lower_topk(lw: LoweringContext, op: Operation) -> None:
 def lower_mma(lw: LoweringContext, op: Operation) -> None:
     a, b, acc = lw.operands(op)
     dtype: DType = op.operands[0].type.dtype
-    if dtype.is_float:
-        result = lw.fn.mmaf(a, b, acc)
+    if dtype.is_float:  # (fast accumulation: f8 only, checked where the op was built)
+        result = lw.fn.mmaf(a, b, acc,
+                            fast_accumulation=bool(op.attrs.get("fast_accumulation", False)))
     else:
         sign = _sign(dtype)
         result = lw.fn.mmai(a, b, acc, lhs_signedness=sign, rhs_signedness=sign)
