@@ -7,8 +7,9 @@ R=benchmarks/results/h200-2026-12-02e
 for stage in ${STAGES:-gpu}; do
   echo "== $stage $(date -u +%T)"
   case $stage in
-    gpu) timeout ${GPU_S:-300} python3 -m pytest -q -p no:cacheprovider -rf ${GPU_TESTS:-tests/gpu} 2>&1 \
-           | tail -${GPU_TAIL:-8} | tee $OUT/gpu_tests_${GPU_TAG:-all}.txt ;;
+    gpu) timeout ${GPU_S:-300} python3 -m pytest -v -p no:cacheprovider -rf ${GPU_TESTS:-tests/gpu} \
+           > $OUT/gpu_tests_${GPU_TAG:-all}.txt 2>&1
+         grep -E "FAILED|ERROR|passed|failed" $OUT/gpu_tests_${GPU_TAG:-all}.txt | tail -${GPU_TAIL:-20} ;;
     f8) timeout ${F8_S:-240} python3 $R/f8_configs.py ${F8_N:-8192} 2>&1 | grep -v "^tileiras" \
           | tee $OUT/f8_configs_${F8_N:-8192}.txt | tail -12 ;;
   esac
