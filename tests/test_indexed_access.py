@@ -491,7 +491,7 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
 
     from tilesafe.backends.tileir import faults
 
-    made = []
+    made, device_made = [], []
 
     class Mapped:
         def __init__(self, index, count):
@@ -499,8 +499,10 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
             self.address = 1 << 20
             made.append(self)
     class Device:
-        def __init__(self, index, count):
+        def __init__(self, index, count, initial=0):
             self.address = 1 << 30
+            self.initial = initial
+            device_made.append(self)
 
     monkeypatch.setattr(faults.cuda, "MappedWords", Mapped)
     monkeypatch.setattr(faults.cuda, "DeviceWords", Device)
@@ -510,6 +512,8 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
     records = faults.FaultRecords(ir, 0)
     first, second = records.new(), records.new()
     assert first._memory is not second._memory and len(made) == 1  # one slab of records
+    # (a new verdict word says "failed" until a validating launch writes it: fails closed)
+    assert [d.initial for d in device_made] == [faults.VERDICT_UNVALIDATED]
     assert abs(first.address - second.address) == 8 * FAULT_WORDS  # distinct words
     assert abs(first.verdict_address - second.verdict_address) == 4  # a verdict word each
     first._memory.words[:] = 5
