@@ -243,6 +243,43 @@ def test_arguments_failing_a_run_time_check_raise_that_error_untuned(fake, cache
     np.testing.assert_array_equal(out.numpy(), host[good])
 
 
+def test_timing_that_measured_the_host_runs_the_first_config_and_stores_nothing(
+        fake, cache, capsys, monkeypatch):
+    """Runs that cannot be recorded into a graph are timed as an enqueued chain; when that
+    chain kept the device waiting for the host, every config's time is the host's, so no
+    winner is chosen from them: the call runs the first config, nothing is stored, stderr
+    says why, and the key is not timed again in this process."""
+    calls = []
+
+    def time_runs(config, make_op, stream, runs):
+        calls.append(runs)
+        for _ in range(runs):
+            make_op().sync_on(stream)
+        if runs > 1:
+            raise timing.HostBound(0.011, 0.010)
+        return 0.001  # (a small kernel: each round would run many)
+    monkeypatch.setattr(fake, "time_runs", time_runs)
+    tuned = make_scale()
+    host, x = inputs()
+    out = run_scale(tuned, x)
+    np.testing.assert_array_equal(out.numpy(), (host.astype(np.float64) * 2.5).astype(np.float32))
+    assert tuned.config_for(x, scratch(), 2.5) == {"rows": 1}
+    assert stored_entries(cache) == {}
+    err = capsys.readouterr().err
+    assert "not tuning" in err and "kept the device waiting" in err and "0.0110 ms" in err
+    assert "out= and workspace=" in err
+    timed = len(calls)
+    run_scale(tuned, x)
+    assert len(calls) == timed  # (the first config again, untimed)
+
+
+def test_a_chain_is_host_bound_when_the_device_finished_as_the_host_enqueued():
+    """The rule :class:`timing.HostBound` applies: a device busy with the chain takes longer
+    than the host took to enqueue it; one done within a quarter more of that time waited."""
+    assert timing.host_bound(1.0, 1.0) and timing.host_bound(1.2, 1.0)
+    assert not timing.host_bound(1.3, 1.0) and not timing.host_bound(5.0, 0.1)
+
+
 def test_a_host_check_every_config_fails_raises_that_error_untuned(fake, cache, capsys):
     """A launch function that refuses the call's arguments (an ``out=`` of the wrong shape,
     checked on the host before any kernel) refuses them under every config: the call raises
@@ -718,8 +755,12 @@ def test_runs_that_cannot_be_recorded_are_timed_as_one_chain():
 
     def make_op():  # allocates its output: no graph can hold it
         return accumulate(ts.zeros((ROWS, HIDDEN)).partition((2, BLOCK)), x)
-    ms = strategy.time_runs({"rows": 2}, make_op, ts.Stream("cpu"), 3)
-    assert ms >= 0.0 and accumulate.launch_count == before + 3
+    ms = strategy.time_runs({"rows": 2}, make_op, ts.Stream("cpu"), 1)
+    assert ms >= 0.0 and accumulate.launch_count == before + 1
+    # a cpu stream runs work as it is enqueued: a chain of runs always waited for the host
+    with pytest.raises(timing.HostBound, match="the device took .* ms a run and the host"):
+        strategy.time_runs({"rows": 2}, make_op, ts.Stream("cpu"), 3)
+    assert accumulate.launch_count == before + 4
 
 
 def test_a_call_timing_runs_cannot_copy_runs_the_default_copies_nothing_and_tunes_later(

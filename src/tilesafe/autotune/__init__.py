@@ -45,7 +45,11 @@ Which config a call uses, in order:
    fastest median wins; it is stored, and one line on stderr says what was tuned and what
    won. A call whose arguments are DeviceOps not run yet, or made while torch captures a
    CUDA graph, cannot be timed: it uses the first config and stores nothing (tune before
-   capturing: call once outside the capture, or ship a table).
+   capturing: call once outside the capture, or ship a table). Nor can a call whose runs
+   cannot be recorded into a graph (it allocates, say) when, enqueued as a chain, they keep
+   the device waiting for the host (:class:`.timing.HostBound`): the times would be the
+   host's, so the first config runs for that key in this process, nothing is stored and
+   one line on stderr says so.
 
 Timing runs never change what the caller sees (see :mod:`.timing`): tensors named in
 ``mutates`` and kernel outputs (partitions) are cloned, outputs not allocated yet are
@@ -101,6 +105,10 @@ def _fails_the_arguments(err: Exception) -> bool:
 
 class _ArgumentsFailed(Exception):
     """Every config failed a check of the call's arguments (:func:`_fails_the_arguments`)."""
+
+
+class _HostBoundTiming(Exception):
+    """The timing runs measured the host, not the configs (:class:`.timing.HostBound`)."""
 
 
 def _tuning_enabled() -> bool:
@@ -210,6 +218,8 @@ class Tuned:
             index, times, failures = self._tune(strategy, device, bound, copies)
         except _ArgumentsFailed:  # (the call itself raises it, with its own arguments)
             return None
+        except _HostBoundTiming:  # (timing it again would measure the host again)
+            return 0
         path = store.save(wanted, index, self.configs[index], times)
         self._report(strategy.describe(device)[1], values, index, times, failures, path)
         return index
@@ -253,10 +263,20 @@ class Tuned:
                               f"\n{listed}\n  fix: correct the configs (or the launch "
                               "function) so that at least one compiles and launches")
         samples: dict[int, list[float]] = {i: [] for i in runs}
-        for _ in range(ROUNDS):
-            for i, n in runs.items():
-                samples[i].append(strategy.time_runs(self.configs[i], maker(self.configs[i]),
-                                                     stream, n))
+        try:
+            for _ in range(ROUNDS):
+                for i, n in runs.items():
+                    samples[i].append(strategy.time_runs(self.configs[i],
+                                                         maker(self.configs[i]), stream, n))
+        except timing.HostBound as err:
+            print(f"tilesafe: not tuning {self.name} for key "
+                  f"{self.key(*bound.args, **bound.kwargs)!r}: its timing runs could not be "
+                  "recorded into a graph (the call allocates, or decides a step only when it "
+                  f"runs), and enqueued one after another they kept the device waiting: {err}, "
+                  "so the times would be the host's, not the configs'. The first config runs "
+                  "and nothing is stored (pass out= and workspace= where the function takes "
+                  "them, so that its runs can be recorded)", file=sys.stderr)
+            raise _HostBoundTiming() from None
         medians = {i: statistics.median(s) for i, s in samples.items()}
         winner = min(medians, key=lambda i: (medians[i], i))
         return winner, medians, failures

@@ -3,9 +3,11 @@ GPU, so tests can stand in for one) and the arguments timing runs use.
 
 :class:`CudaEventTiming` times ``cuda`` devices with CUDA events: it waits for all earlier
 work on the device (so inputs being written on any stream are complete), then times a batch of
-back-to-back runs of one config, enqueued as one chain on one stream (no host synchronization
-between runs), between two events. The tuner interleaves configs over several rounds and keeps
-each config's median.
+back-to-back runs of one config between two events: recorded into a graph and replayed where
+the runs can be recorded, else enqueued as one chain on one stream (no host synchronization
+between runs), which measures the host instead when the host enqueues more slowly than the
+device runs (:class:`HostBound` says so). The tuner interleaves configs over several rounds
+and keeps each config's median.
 
 :func:`timing_arguments` makes the arguments of timing runs, which must never change what the
 caller sees: a tensor named in ``mutates`` is replaced by a clone, a partition (a kernel's
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 from typing import Any, Callable, Optional
 
 from ..deviceops.deviceop import DeviceOp
@@ -89,7 +92,9 @@ class CudaEventTiming(Timing):
                   runs: int) -> float:
         """Milliseconds per run. The runs are recorded into a graph and timed as one replay
         when they can be (so that the host's work to make each launch, which can exceed a
-        small kernel's device time, is not what is measured); else enqueued as one chain."""
+        small kernel's device time, is not what is measured); else enqueued as one chain,
+        and :class:`HostBound` is raised when a chain of two or more runs kept the device
+        waiting for the host (:func:`host_bound`)."""
         start, end = Event(timing=True), Event(timing=True)
         graph = _recorded(make_op, stream, runs)
         if graph is not None:
@@ -98,13 +103,44 @@ class CudaEventTiming(Timing):
             graph.launch(stream).then(lambda result: end.record(stream)).sync_on(stream)
             end.synchronize()
             return start.elapsed_ms(end) / runs
+        enqueued: list = []
+        began = time.perf_counter()
         start.record(stream)
         op = make_op()
         for _ in range(runs - 1):
             op = op.then(lambda _result: make_op())
-        op.then(lambda result: (end.record(stream), result)[1]).sync_on(stream)
+        op.then(lambda result: (end.record(stream), enqueued.append(time.perf_counter()),
+                                result)[2]).sync_on(stream)
         end.synchronize()
-        return start.elapsed_ms(end) / runs
+        device_ms = start.elapsed_ms(end)
+        host_ms = (enqueued[0] - began) * 1e3
+        if runs > 1 and host_bound(device_ms, host_ms):
+            raise HostBound(device_ms / runs, host_ms / runs)
+        return device_ms / runs
+
+
+#: a chain of runs whose device time is at most this many times the host's time to enqueue it
+#: measured the host (:func:`host_bound`)
+HOST_BOUND_MARGIN = 1.25
+
+
+def host_bound(device_ms: float, host_ms: float) -> bool:
+    """Whether a chain of runs that took the device ``device_ms`` between its two events, and
+    the host ``host_ms`` to enqueue, measured the host: a device that finishes within
+    :data:`HOST_BOUND_MARGIN` times the enqueueing spent it waiting for work, so the time is
+    the host's (the same for every config), not the config's. (A chain the device was busy
+    with takes it longer than the host took to enqueue it.)"""
+    return device_ms <= host_ms * HOST_BOUND_MARGIN
+
+
+class HostBound(Exception):
+    """Timing runs that could not be recorded into a graph kept the device waiting for the
+    host: ``device_ms`` and ``host_ms`` per run (:func:`host_bound`)."""
+
+    def __init__(self, device_ms: float, host_ms: float):
+        super().__init__(f"the device took {device_ms:.4f} ms a run and the host "
+                         f"{host_ms:.4f} ms to enqueue one")
+        self.device_ms, self.host_ms = device_ms, host_ms
 
 
 def _recorded(make_op: Callable[[], DeviceOp], stream: Stream, runs: int) -> Any:
