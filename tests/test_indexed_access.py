@@ -528,6 +528,29 @@ def test_each_bound_launch_gets_its_own_record_and_dropped_ones_are_reused(monke
     assert second.take() is None and third.take() is None
 
 
+def test_no_record_left_while_a_graph_is_captured_says_to_reserve_them(monkeypatch):
+    """A fault record's memory cannot be allocated while a CUDA graph is captured: taking one
+    then raises a CudaError naming the caller's line and the fix (reserve records first);
+    another allocation failure is raised as it is."""
+    from tilesafe.backends.tileir import faults
+
+    def capturing(index, count, initial=0):
+        raise ts.CudaError("cuMemAlloc failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+    monkeypatch.setattr(faults, "_FREE", {})
+    monkeypatch.setattr(faults.cuda, "MappedWords", capturing)
+    with pytest.raises(ts.CudaError, match=r"test_indexed_access.py:\d+: a launch with run-time "
+                       r"checks needs a fault record.*being captured.*device verdict word"
+                       r"(.|\n)*fix: reserve records before the capture: "
+                       r"tilesafe.kernels.reserve_fault_records\(n\)"):
+        faults._take(0)
+
+    def out_of_memory(index, count, initial=0):
+        raise ts.CudaError("cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
+    monkeypatch.setattr(faults.cuda, "MappedWords", out_of_memory)
+    with pytest.raises(ts.CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+        faults._take(0)
+
+
 def test_a_report_read_by_two_threads_at_once_is_raised_once():
     import threading
     x = on(np.zeros(10, np.float32))

@@ -150,8 +150,9 @@ def _add_slab(index: int, free: list) -> None:
         if "CAPTURE" not in str(err):
             raise
         raise CudaError(f"{caller_location()}: a launch with run-time checks needs a fault record, "
-                        "and none is left to take while a CUDA graph is being captured (page-"
-                        "locked memory cannot be allocated then)\n  fix: reserve records before "
+                        "and none is left to take while a CUDA graph is being captured (a record's "
+                        "page-locked words and its device verdict word cannot be allocated, nor "
+                        "the verdict set, then)\n  fix: reserve records before "
                         "the capture: tilesafe.kernels.reserve_fault_records(n) with n at least "
                         "the number of checked launches the capture records") from None
     free.extend(_Slice(slab, device_slab, i) for i in range(SLAB - 1, -1, -1))
