@@ -105,3 +105,61 @@ def test_inside_a_torch_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y, torch.full_like(x, 4.0))
+
+
+def _made_here():
+    """A kernel and its torch-callable launch that only the caller's references keep."""
+    @ts.kernel
+    def doubled(z: tc.MutTensor[tc.f32, (1, "N")], x: tc.Tensor[tc.f32, (-1, -1)]):  # noqa: F821
+        z.store(tc.load_tile_like(x, z) * 2.0)
+
+    @accepts_torch
+    def call(x, *, out=None):
+        result = Output(out, x.shape, ts.float32, x.device, op="doubled")
+        tile = 1 << (x.shape[1] - 1).bit_length()
+        return doubled(result.partition((1, tile)), x).then(lambda r: result.tensor(r.z))
+    return call
+
+
+def test_a_torch_graph_replays_a_kernel_whose_objects_are_gone():
+    """A torch graph holds the launches recorded into it, not tilesafe's objects: after the
+    kernel and everything over it are dropped, a replay still runs its code (the module
+    stays loaded) and writes the right values, many times."""
+    import gc
+    call = _made_here()
+    x = torch.randn(64, 96, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        call(x)  # compile and load outside the capture
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        y = call(x)
+    del call
+    gc.collect()
+    for value in (1.0, -3.0, 0.5):
+        x.fill_(value)
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, torch.full_like(x, 2.0 * value))
+
+
+def test_a_tilesafe_graph_replays_a_kernel_whose_objects_are_gone():
+    """The same for a tilesafe CUDA graph: the kernel object the recording launched is
+    dropped before the replays."""
+    import gc
+    import numpy as np
+
+    @ts.kernel
+    def tripled(z: tc.MutTensor[tc.f32, (64,)], x: tc.Tensor[tc.f32, (-1,)]):
+        z.store(tc.load_tile_like(x, z) * 3.0)
+    x = ts.tensor(np.arange(256, dtype=np.float32), device="cuda:0").sync()
+    z = ts.full(256, np.nan, dtype=ts.float32, device="cuda:0").sync()
+    stream = ts.Stream("cuda:0")
+    with ts.CudaGraph.scope(stream) as graph:
+        graph.record(tripled(ts.borrow_mut(z).partition(64), x))
+    del tripled
+    gc.collect()
+    graph.launch(stream).sync_on(stream)
+    assert np.array_equal(z.numpy(), np.arange(256, dtype=np.float32) * 3.0)

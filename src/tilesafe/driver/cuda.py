@@ -206,10 +206,25 @@ def device_to_host(src_ptr: int, nbytes: int, stream: Any) -> np.ndarray:
 
 # -- modules and launches -------------------------------------------------------------------
 
+#: every module this process loaded, kept loaded for good. A recorded CUDA graph holds its
+#: kernels' functions: tilesafe's own, or a foreign one (torch's, which a library call made
+#: while torch captures records into) that nothing of tilesafe sees replayed. A module unloaded
+#: when the last tilesafe object using it went away would leave such a graph launching freed
+#: code (an illegal address on its next replay). The cost is the modules' device memory: one
+#: per distinct cubin loaded (a kernel specialization, or a tuning config tried).
+_LOADED: list = []
+_LOADED_LOCK = threading.Lock()
+
+
 def load_kernel(cubin: bytes, name: str, index: int) -> Any:
-    """Load a cubin on device ``index`` and return its kernel ``name``."""
+    """Load a cubin on device ``index`` and return its kernel ``name``; the module stays
+    loaded for the life of the process (:data:`_LOADED`)."""
     make_current(index)
-    return _core().ObjectCode.from_cubin(cubin).get_kernel(name)
+    module = _core().ObjectCode.from_cubin(cubin)
+    kernel = module.get_kernel(name)
+    with _LOADED_LOCK:
+        _LOADED.append(module)
+    return kernel
 
 
 class PackedLaunch:
