@@ -48,6 +48,31 @@ def test_row_ops_and_their_fakes():
     assert torch.equal(_fake_matches(T.argmax, logits).long(), logits.argmax(-1))
 
 
+def test_flash_attention_takes_torch_tensors_and_is_a_torch_op():
+    """flash_attention on torch tensors (the function and the op) equals torch's attention
+    over the same tensors, grouped query heads and a causal mask included; the fake gives the
+    query's shape; and out= of the wrong shape is refused before anything runs."""
+    from tilesafe import kernels as K
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 24, 64, generator=g).half()
+    k = torch.randn(1, 2, 40, 64, generator=g).half()
+    v = torch.randn(1, 2, 40, 64, generator=g).half()
+    rows = torch.arange(24).reshape(24, 1) + 16  # (bottom-right aligned: the last 24 of 40)
+    visible = torch.arange(40).reshape(1, 40) <= rows
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1),
+        attn_mask=visible)
+    got = K.flash_attention(q, k, v, causal=True)
+    assert isinstance(got, torch.Tensor) and got.shape == q.shape and got.dtype == q.dtype
+    assert torch.allclose(got.double(), want, atol=2e-3)
+    out = torch.full_like(q, float("nan"))
+    assert K.flash_attention(q, k, v, causal=True, out=out) is out
+    assert torch.equal(out, got)
+    assert torch.equal(_fake_matches(T.flash_attention, q, k, v, True, None), got)
+    with pytest.raises(Exception, match="out"):
+        K.flash_attention(q, k, v, out=torch.empty(1, 4, 23, 64).half())
+
+
 def test_paged_decode_attention_as_a_torch_op_reads_through_the_block_table():
     """The paged op equals the contiguous one over the same keys, laid out in shuffled blocks;
     its fake gives the query's shape."""

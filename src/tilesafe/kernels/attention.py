@@ -24,6 +24,7 @@ from ..kernel import kernel
 from ..host.tensor import Tensor
 from . import _attention_args as args
 from ._online_softmax import online_softmax_step_unscaled
+from ._torch import accepts_torch
 
 OP = "flash_attention"
 
@@ -119,6 +120,7 @@ def _launch_flash(q3: Tensor, k3: Tensor, v3: Tensor, out: Any, shape: tuple, ca
     return launch.then(lambda r: out if out is not None else r.o.unpartition().reshape(shape))
 
 
+@accepts_torch
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                     scale: Optional[float] = None, out: Optional[Tensor] = None) -> DeviceOp:
     """Softmax attention over whole sequences (prefill): ``softmax(q k^T * scale) v``.
