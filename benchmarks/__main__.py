@@ -1,7 +1,8 @@
 """Command line of the benchmark suite.
 
     python -m benchmarks all --out benchmarks/results/h100-2026-11-22
-    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention kernels
+    python -m benchmarks elementwise gemm modes lowp_gemm histogram indexed attention
+                         checks_cost kernels
                          decode
                          [--quick]
                          [--device cuda:0] [--out DIR]
@@ -19,7 +20,7 @@ from pathlib import Path
 from . import _harness as h
 
 BENCHMARKS = ("elementwise", "gemm", "modes", "lowp_gemm", "histogram", "indexed", "attention",
-              "kernels", "grid_dependency", "decode")
+              "checks_cost", "kernels", "grid_dependency", "decode")
 
 
 def main(argv=None) -> int:
@@ -67,6 +68,9 @@ def main(argv=None) -> int:
             elif name == "attention":
                 from . import attention
                 attention.run(out, args.device, args.quick)
+            elif name == "checks_cost":
+                from . import checks_cost
+                checks_cost.run(out, args.device, args.quick)
             elif name == "grid_dependency":
                 from . import grid_dependency
                 grid_dependency.run(out, args.device, args.quick)
