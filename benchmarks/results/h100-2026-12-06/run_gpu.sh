@@ -3,7 +3,7 @@
 # consoles in $OUT.
 set -uo pipefail
 source benchmarks/gpu_setup.sh
-R=benchmarks/results/gpu-2026-12-06
+R=benchmarks/results/h100-2026-12-06
 for stage in ${STAGES:-gpu}; do
   echo "== $stage $(date -u +%T)"
   case $stage in
