@@ -73,6 +73,42 @@ def test_flash_attention_takes_torch_tensors_and_is_a_torch_op():
         K.flash_attention(q, k, v, out=torch.empty(1, 4, 23, 64).half())
 
 
+def test_every_other_op_computes_what_torch_does_and_its_fake_agrees():
+    """The ops no other test calls: gelu (both forms), layer_norm, scaled_matmul, sample and
+    kv_cache_update, each against torch's own computation on the same tensors."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(6, 48, generator=g)
+    for form in ("none", "tanh"):
+        got = _fake_matches(T.gelu, x, form)
+        assert torch.allclose(got, torch.nn.functional.gelu(x, approximate=form), atol=1e-5)
+    w, b = torch.randn(48, generator=g), torch.randn(48, generator=g)
+    assert torch.allclose(_fake_matches(T.layer_norm, x, w, b, 1e-5),
+                          torch.nn.functional.layer_norm(x, (48,), w, b, 1e-5), atol=1e-5)
+    a = torch.randn(20, 64, generator=g).to(torch.float8_e4m3fn)
+    bw = torch.randn(24, 64, generator=g).to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor([0.5]), torch.tensor([0.25])
+    got = _fake_matches(T.scaled_matmul, a, bw, sa, sb, torch.bfloat16)
+    want = (a.double() @ bw.double().t() * 0.125).to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    # (the interpreter sums exactly either way; a GPU's fast accumulation rounds differently)
+    assert torch.equal(T.scaled_matmul(a, bw, sa, sb, torch.bfloat16, True), want)
+    logits = torch.randn(3, 100, generator=g)
+    offset = torch.tensor([7], dtype=torch.int64)
+    greedy = _fake_matches(T.sample, logits, 1.0, 1, 1.0, 123, offset)  # top-1: the maximum
+    assert torch.equal(greedy.long(), logits.argmax(-1))
+    drawn = T.sample(logits, 0.8, 0, 1.0, 123, offset)
+    assert torch.equal(drawn, T.sample(logits, 0.8, 0, 1.0, 123, offset))  # by the seed
+    assert drawn.dtype == torch.int32 and bool(((drawn >= 0) & (drawn < 100)).all())
+    cache_k, cache_v = torch.zeros(1, 2, 16, 8), torch.zeros(1, 2, 16, 8)
+    k, v = torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+    slots = torch.tensor([9, 2, 14], dtype=torch.int32)
+    assert T.kv_cache_update(cache_k, cache_v, k, v, slots, "hnd") is None
+    want_k, want_v = torch.zeros(1, 2, 16, 8), torch.zeros(1, 2, 16, 8)
+    want_k[0, :, slots.long()] = k.transpose(0, 1)
+    want_v[0, :, slots.long()] = v.transpose(0, 1)
+    assert torch.equal(cache_k, want_k) and torch.equal(cache_v, want_v)
+
+
 def test_paged_decode_attention_as_a_torch_op_reads_through_the_block_table():
     """The paged op equals the contiguous one over the same keys, laid out in shuffled blocks;
     its fake gives the query's shape."""

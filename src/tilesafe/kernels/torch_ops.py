@@ -252,10 +252,12 @@ def _(x, norm_weight, b, eps):
 
 @_op("scaled_matmul")
 def scaled_matmul_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
-                     scale_b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    return scaled_matmul(a, b, scale_a, scale_b, out_dtype=_tilesafe_dtype(out_dtype))
+                     scale_b: torch.Tensor, out_dtype: torch.dtype,
+                     fast_accumulation: bool = False) -> torch.Tensor:
+    return scaled_matmul(a, b, scale_a, scale_b, out_dtype=_tilesafe_dtype(out_dtype),
+                         fast_accumulation=fast_accumulation)
 
 
 @scaled_matmul_op.register_fake
-def _(a, b, scale_a, scale_b, out_dtype):
+def _(a, b, scale_a, scale_b, out_dtype, fast_accumulation=False):
     return a.new_empty((*a.shape[:-1], b.shape[0]), dtype=out_dtype)
