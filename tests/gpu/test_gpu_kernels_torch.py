@@ -163,3 +163,29 @@ def test_a_tilesafe_graph_replays_a_kernel_whose_objects_are_gone():
     gc.collect()
     graph.launch(stream).sync_on(stream)
     assert np.array_equal(z.numpy(), np.arange(256, dtype=np.float32) * 3.0)
+
+
+def test_a_recorded_sample_keeps_the_offset_it_made_for_itself():
+    """``sample`` with an int offset makes a device value of it for its launch; recorded into
+    a torch graph, that value is read on every replay, so it is kept for good: after many
+    more calls (whose plans would have dropped it) the replays still draw the same tokens
+    as the eager call with that offset."""
+    from tilesafe import kernels as K
+    logits = torch.randn(4, 1000, device="cuda")
+    want = K.sample(logits, temperature=0.9, top_k=50, seed=11, offset=5)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        K.sample(logits, temperature=0.9, top_k=50, seed=11, offset=5)
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s, capture_error_mode="relaxed"):
+        got = K.sample(logits, temperature=0.9, top_k=50, seed=11, offset=5)
+    for offset in range(100, 120):  # (new plans, and pool memory freed and reused)
+        K.sample(logits, temperature=0.9, top_k=50, seed=11, offset=offset)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        got.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)

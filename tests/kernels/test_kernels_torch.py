@@ -243,3 +243,23 @@ def test_a_capture_is_asked_of_the_calls_own_device(monkeypatch):
     assert state["current"] == 1  # (the current device is left as it was)
     state["current"] = 0
     assert _torch._capturing(torch.device("cuda", 1)) is True
+
+
+def test_allocations_made_for_a_recorded_call_are_kept_and_imports_are_not():
+    """What a call recorded into a torch graph keeps for good: each allocation of tilesafe's
+    own memory made inside ``retaining_new_allocations`` (a value the launch reads on every
+    replay), not the imports of foreign memory (torch keeps those, as it keeps any graph's
+    tensors), and nothing made outside the block."""
+    import numpy as np
+
+    from tilesafe.driver.ledger import retaining_new_allocations
+    outside = ts.tensor(np.arange(4, dtype=np.int64)).sync()
+    with retaining_new_allocations() as kept:
+        own = ts.tensor(np.array([7], np.int64)).sync()
+        imported = ts.from_dlpack(torch.arange(3))
+        with retaining_new_allocations() as inner:  # (a nested block keeps its own)
+            nested = ts.zeros((2,)).sync()
+    assert [a for a in kept] == [own._alloc] and inner == [nested._alloc]
+    assert outside._alloc not in kept and imported._alloc not in kept
+    after = ts.zeros((2,)).sync()
+    assert after._alloc not in kept

@@ -32,9 +32,11 @@ Loans are taken by :func:`take_loans` (check, then lend) and, for work repeated 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from .. import _compiled
 from ..errors import BorrowError, Location
@@ -229,6 +231,26 @@ def memory_map(device: Device) -> MemoryMap:
     return _MAP
 
 
+#: while set (to a list), each allocation of tilesafe's own memory made in this context is
+#: appended to it (:func:`retaining_new_allocations`)
+_RETAINED: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar(
+    "tilesafe_retained_allocations", default=None)
+
+
+@contextlib.contextmanager
+def retaining_new_allocations() -> Iterator[list]:
+    """Collect every allocation of tilesafe's own memory (not an import of foreign memory)
+    made inside the block, in this thread or task: for work recorded into a foreign CUDA
+    graph (torch's), whose replays may read such memory (a scratch value a launch made for
+    itself) after every tilesafe object over it is gone, so the caller keeps them for good."""
+    kept: list = []
+    token = _RETAINED.set(kept)
+    try:
+        yield kept
+    finally:
+        _RETAINED.reset(token)
+
+
 class Allocation:
     """A block of memory on one device, registered in the device's memory map.
 
@@ -254,6 +276,10 @@ class Allocation:
         with LEDGER:
             self.region = maps.register(base, base + nbytes)
         weakref.finalize(self, maps.remove, self.region)
+        if owner is None:
+            retained = _RETAINED.get()
+            if retained is not None:
+                retained.append(self)
 
     @property
     def loans(self) -> list:

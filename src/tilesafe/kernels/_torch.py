@@ -20,13 +20,16 @@ after that work completed, or by :func:`release_completed`.
 While torch captures a CUDA graph on the stream, nothing runs: the launch is recorded into
 torch's graph and its loans end at once (a torch graph's replays are torch's to order). The
 kernel's accesses stay inside their tensors on every replay; a failed check of a replay is not
-reported (torch graphs have no place to report it).
+reported (torch graphs have no place to report it). What the replays use that tilesafe owns is
+never freed: the fault records, the memory tilesafe allocated for the call itself (not its
+outputs, which torch allocates), and the kernels' modules (``driver.cuda.load_kernel``).
 
 May import every layer below ``kernels``; torch only inside functions (an optional
 dependency)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -34,6 +37,7 @@ from typing import Any, Callable, Optional
 
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
+from ..driver.ledger import retaining_new_allocations
 from ..driver.stream import Stream, next_stream, set_current_stream
 from ..dtypes import DType
 from ..errors import ArgumentError
@@ -45,6 +49,9 @@ _STREAMS: dict[tuple[int, int], Stream] = {}
 _STREAMS_LOCK = threading.Lock()
 #: fault records of launches recorded into torch CUDA graphs: kept out of the pool for good
 _RECORDED_FAULT_RECORDS: list = []
+#: tilesafe's own allocations made by calls recorded into torch CUDA graphs (an int ``offset``
+#: of ``sample`` as a device value, say): never freed, since a replay may read them
+_RECORDED_ALLOCATIONS: list = []
 
 
 def _is_fault_record(item: Any) -> bool:
@@ -136,25 +143,30 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         _release_completed(device.index)
         reserve_fault_records(FAULT_RECORDS_AHEAD, device=f"cuda:{device.index}")
     runs_on = stream if stream is not None else next_stream("cpu")
-    token = ALLOCATOR.set(allocate)
-    # built as a step of work on the stream it runs on: earlier work on that stream (the
-    # previous call that wrote this call's input) does not block the new launch's loans
-    saved = set_current_stream(runs_on)
-    try:
-        op = fn(*(imported(a) for a in args), **{k: imported(v) for k, v in kwargs.items()})
-    finally:
-        set_current_stream(saved)
-        ALLOCATOR.reset(token)
-    if stream is None:  # torch's cpu device: the interpreter runs the launch now
-        result = op._drive(runs_on, where)
-    else:
-        result = op._enqueue(stream, where)
-        if capturing:
-            # recorded into torch's graph, nothing ran (module docstring); a fault record its
-            # replays may write is never handed to another launch
-            _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
+    # (recorded into torch's graph, the launches may read memory tilesafe allocated for them
+    # on every replay, long after the call: kept for good, like their fault records)
+    with retaining_new_allocations() if capturing else contextlib.nullcontext([]) as made:
+        token = ALLOCATOR.set(allocate)
+        # built as a step of work on the stream it runs on: earlier work on that stream (the
+        # previous call that wrote this call's input) does not block the new launch's loans
+        saved = set_current_stream(runs_on)
+        try:
+            op = fn(*(imported(a) for a in args), **{k: imported(v) for k, v in kwargs.items()})
+        finally:
+            set_current_stream(saved)
+            ALLOCATOR.reset(token)
+        if stream is None:  # torch's cpu device: the interpreter runs the launch now
+            result = op._drive(runs_on, where)
         else:
-            stream.mark()
+            result = op._enqueue(stream, where)
+    if capturing:
+        # recorded into torch's graph, nothing ran (module docstring); a fault record its
+        # replays may write is never handed to another launch, and memory tilesafe allocated
+        # for the launches is never freed
+        _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
+        _RECORDED_ALLOCATIONS.extend(made)
+    elif stream is not None:
+        stream.mark()
     return _to_torch(result, back)
 
 
