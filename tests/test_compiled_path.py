@@ -360,6 +360,44 @@ def test_graph_replays_borrow_once_each_share_loans_on_one_stream_and_see_moves(
     assert z._tensor._alloc.loans == [] and len(driver.graph_launches) == 5
 
 
+def test_a_replay_launches_before_another_thread_can_update_the_graph_under_it(
+        launch_path, captured_graphs, monkeypatch):
+    """A replay takes the captured graph's borrows and launches it as one step: an update
+    replayed by another thread (which rewrites the executable graph in place) waits until the
+    first replay is enqueued, so no replay runs new work holding loans on the old arguments."""
+    import threading
+    driver = captured_graphs
+    z, x, y = _arguments()[0].sync()
+    z2 = _on_stand_in(np.zeros(LENGTH, np.float16)).partition(LENGTH)
+    with ts.CudaGraph.scope() as graph:
+        graph.record(add(z, x, y))
+    graph.launch().sync()  # (captured once)
+    events, other = [], []
+
+    def finish(builder, previous):
+        events.append("capture")
+        return type("Executable", (), {"handle": 0x6000})()
+    monkeypatch.setattr(cuda, "finish_graph", finish)
+
+    def update_and_replay():
+        graph.update(add(z2, x, y))
+        graph.launch().sync()
+
+    def launch(graph_handle, stream):
+        if not other:  # the first replay: another thread updates and replays meanwhile
+            other.append(threading.Thread(target=update_and_replay))
+            other[0].start()
+            other[0].join(0.3)
+            events.append("first launch enqueued")
+        driver.graph_launches.append((graph_handle, stream))
+        return 0
+    monkeypatch.setitem(vars(cuda._DRIVER_CALLS), "launch_graph", launch)
+    graph.launch().sync()
+    other[0].join(5)
+    assert not other[0].is_alive()
+    assert events == ["first launch enqueued", "capture"]
+
+
 def test_the_compiled_and_python_callsite_walks_agree():
     fast = _compiled.FASTPATH
     if fast is None:

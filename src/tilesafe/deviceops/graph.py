@@ -226,16 +226,20 @@ class CudaGraph:
         """Replay as one CUDA graph launch: the nodes are captured once (again after an
         ``update``, which then updates the executable graph in place); each replay checks and
         borrows every argument once, then launches the whole graph."""
-        with self._capture_lock:  # one capture, whichever threads replay first
+        # One capture, whichever threads replay first; and the lock is held until the launch
+        # is enqueued: an ``update`` replayed by another thread rewrites this executable graph
+        # in place, so a replay that took the old borrows and records and launched after that
+        # rewrite would run the new work holding loans on the old arguments only.
+        with self._capture_lock:
             if self._captured_nodes is not self.nodes:
                 self._capture(stream)
-        _, graph_exec, borrows, per_kernel, holder, records = self._captured
-        where = self.nodes[0].where
-        loans = borrows.lend(holder, where, stream)
-        try:
-            cuda.launch_graph(graph_exec, stream.native_address)
-        finally:  # a failed launch's loans end at the drive's synchronize
-            stream.on_complete(loans, records, where)
+            _, graph_exec, borrows, per_kernel, holder, records = self._captured
+            where = self.nodes[0].where
+            loans = borrows.lend(holder, where, stream)
+            try:
+                cuda.launch_graph(graph_exec, stream.native_address)
+            finally:  # a failed launch's loans end at the drive's synchronize
+                stream.on_complete(loans, records, where)
         for kernel, count in per_kernel.items():
             kernel.launch_count += count
 
