@@ -601,6 +601,63 @@ def test_a_cancelled_await_leaves_no_loan_and_no_partial_write():
         ts.borrow_mut(z)  # no loan is left: it can be lent again
 
 
+def test_a_cancelled_await_holds_the_op_until_its_work_is_complete():
+    """An await whose wait went to a waiter thread and was then cancelled drops its own
+    references to the op at once; the waiter thread holds the op and what it hands back until
+    the stream's work is complete, so their memory is not freed under running work. (A stand-in
+    op and stream: one that is never idle, whose synchronize waits for the test.)"""
+    import threading
+    import weakref
+
+    from tilesafe.deviceops import awaiting
+
+    done = threading.Event()
+
+    class Value:
+        pass
+
+    class Op:
+        def _enqueue(self, stream, where, only_enqueueing):
+            return True, Value()
+
+        def _enqueue_while_only_enqueueing(self):
+            return True
+
+    class Platform:
+        def is_idle(self, stream):
+            return False
+
+    class Stream:
+        _platform = Platform()
+
+        def synchronize(self):
+            done.wait(5)
+
+    refs = []
+
+    async def cancelled():
+        op = Op()
+        refs.append(weakref.ref(op))
+        task = asyncio.ensure_future(awaiting.await_on_loop(op, Stream(), None))
+        del op
+        await asyncio.sleep(0.05)  # (spun for its 50 us, now waiting on a waiter thread)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(cancelled())
+    import gc
+    gc.collect()
+    assert refs[0]() is not None  # held by the waiter thread while the work runs
+    done.set()
+    for _ in range(100):
+        gc.collect()
+        if refs[0]() is None:
+            break
+        import time
+        time.sleep(0.01)
+    assert refs[0]() is None  # and let go once the stream was synchronized
+
+
 def _line_of_next_statement() -> int:
     import sys
     return sys._getframe(1).f_lineno + 1

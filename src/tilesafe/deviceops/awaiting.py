@@ -35,7 +35,7 @@ async def await_on_loop(op: Any, stream: Stream, where: Location) -> Any:
         raise
     loop = asyncio.get_running_loop()
     if not finished:  # the rest follows what was enqueued, on the same stream
-        return await loop.run_in_executor(waiters(), value._drive, stream, where)
+        return await loop.run_in_executor(waiters(), _drive_holding, value, stream, where, op)
     try:
         idle = _idle_within(stream, SPIN_SECONDS)
     except BaseException:
@@ -44,8 +44,23 @@ async def await_on_loop(op: Any, stream: Stream, where: Location) -> Any:
     if idle:  # returns at once (unless another thread enqueued on the stream meanwhile)
         stream.synchronize()
     else:
-        await loop.run_in_executor(waiters(), stream.synchronize)
+        await loop.run_in_executor(waiters(), _synchronize_holding, stream, op, value)
     return value
+
+
+def _synchronize_holding(stream: Stream, *held: Any) -> None:
+    """``stream.synchronize()`` on a waiter thread, holding ``held`` (the op and what it hands
+    back, so the memory its work uses) until the work is complete: a cancelled await drops
+    its own references at once, and memory freed while the work still runs could go to
+    another allocation (a free is ordered on the stream that allocated the memory, not on
+    this one)."""
+    stream.synchronize()
+
+
+def _drive_holding(rest: Any, stream: Stream, where: Location, *held: Any) -> Any:
+    """``rest._drive(stream, where)`` on a waiter thread, holding ``held`` (the op whose first
+    part is enqueued) until it returns, as :func:`_synchronize_holding` does."""
+    return rest._drive(stream, where)
 
 
 def _idle_within(stream: Stream, seconds: float) -> bool:
