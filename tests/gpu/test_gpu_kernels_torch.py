@@ -189,3 +189,24 @@ def test_a_recorded_sample_keeps_the_offset_it_made_for_itself():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(got, want)
+
+
+def test_eager_samples_behind_slow_work_each_read_their_own_offset():
+    """Each eager ``sample`` with an int offset makes a device value of it; queued behind slow
+    work, forty such calls outlive the kernel's plan cache (eight plans) before any runs, so
+    without the stream holding each value until its launch completed the early values would
+    be freed, and their memory reused, before they were read. Every call must draw what the
+    same offset given as a tensor draws."""
+    from tilesafe import kernels as K
+    logits = torch.randn(2, 4096, device="cuda")
+    big = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    for _ in range(40):  # (tens of milliseconds of work ahead of the samples)
+        big = big @ big * 1e-3
+    drawn = [K.sample(logits, temperature=1.0, top_k=0, seed=3, offset=i) for i in range(40)]
+    torch.cuda.synchronize()
+    for i, got in enumerate(drawn):
+        offset = torch.tensor([i], dtype=torch.int64, device="cuda")
+        want = K.sample(logits, temperature=1.0, top_k=0, seed=3, offset=offset)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want), i

@@ -11,7 +11,8 @@ Loans: the launch borrows the imported memory like any launch. The work is *mark
 stream (``Stream.mark``), and the loans end once it has completed, checked without waiting at
 the next library call with torch tensors on that device (whichever of torch's streams it
 runs on: work on one stream, synchronized, then a call on another, as torch code does) or by
-:func:`release_completed`. So a tilesafe tensor over
+:func:`release_completed`. Memory tilesafe allocates for a call itself (not its outputs, which
+torch allocates: a value ``sample`` makes of an int offset) is held until then too. So a tilesafe tensor over
 the same memory stays protected while the work is pending; torch itself orders its own use of
 the tensors by the stream, as for its own ops. A failed run-time check of an earlier call
 (``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the device
@@ -29,7 +30,6 @@ dependency)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
@@ -143,9 +143,9 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         _release_completed(device.index)
         reserve_fault_records(FAULT_RECORDS_AHEAD, device=f"cuda:{device.index}")
     runs_on = stream if stream is not None else next_stream("cpu")
-    # (recorded into torch's graph, the launches may read memory tilesafe allocated for them
-    # on every replay, long after the call: kept for good, like their fault records)
-    with retaining_new_allocations() if capturing else contextlib.nullcontext([]) as made:
+    # (memory tilesafe allocates for the call itself is held until the call's work is done:
+    # for good when it is recorded into torch's graph, whose replays may read it long after)
+    with retaining_new_allocations() as made:
         token = ALLOCATOR.set(allocate)
         # built as a step of work on the stream it runs on: earlier work on that stream (the
         # previous call that wrote this call's input) does not block the new launch's loans
@@ -166,8 +166,24 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
         _RECORDED_ALLOCATIONS.extend(made)
     elif stream is not None:
+        if made:  # (freed earlier, on the stream that allocated it, it could go to another
+            # allocation while the launch on torch's stream still reads it)
+            stream.on_complete([], [_HeldUntilComplete(a) for a in made], where)
         stream.mark()
     return _to_torch(result, back)
+
+
+class _HeldUntilComplete:
+    """An allocation tilesafe made for a call on torch tensors, handed to the stream with the
+    call's work and let go when that work has completed (``Stream.release_completed``)."""
+
+    __slots__ = ("allocation",)
+
+    def __init__(self, allocation: Any):
+        self.allocation = allocation
+
+    def _spend(self, why: str, where: Any) -> None:
+        self.allocation = None
 
 
 def _capturing(device: Any) -> bool:
