@@ -398,6 +398,30 @@ def test_a_replay_launches_before_another_thread_can_update_the_graph_under_it(
     assert events == ["first launch enqueued", "capture"]
 
 
+def test_an_update_while_a_replay_captures_leaves_the_capture_of_one_node_list(
+        launch_path, captured_graphs, monkeypatch):
+    """An update landing while a replay captures (a node compiling on a first replay) must not
+    mix lists: the graph built, its borrows and records are all the old list's, and the next
+    replay captures the new list."""
+    from tilesafe.launch.op import KernelNode
+    z, x, y = _arguments()[0].sync()
+    z2 = _on_stand_in(np.zeros(LENGTH, np.float16)).partition(LENGTH)
+    with ts.CudaGraph.scope() as graph:
+        graph.record(add(z, x, y))
+    old = graph.nodes
+    captured = []
+
+    def capture(node, builder):
+        captured.append(node)
+        if len(captured) == 1:  # (as if another thread's update landed meanwhile)
+            graph.update(add(z2, x, y))
+    monkeypatch.setattr(KernelNode, "capture", capture)
+    graph.launch().sync()
+    assert captured == old and graph._captured_nodes is old and graph.nodes is not old
+    graph.launch().sync()  # the new list is captured now
+    assert captured[1:] == graph.nodes and graph._captured_nodes is graph.nodes
+
+
 def test_the_compiled_and_python_callsite_walks_agree():
     fast = _compiled.FASTPATH
     if fast is None:

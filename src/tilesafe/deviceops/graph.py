@@ -234,7 +234,7 @@ class CudaGraph:
             if self._captured_nodes is not self.nodes:
                 self._capture(stream)
             _, graph_exec, borrows, per_kernel, holder, records = self._captured
-            where = self.nodes[0].where
+            where = self._captured_nodes[0].where
             loans = borrows.lend(holder, where, stream)
             try:
                 cuda.launch_graph(graph_exec, stream.native_address)
@@ -245,26 +245,29 @@ class CudaGraph:
 
     def _capture(self, stream: Stream) -> None:
         """Capture the nodes into one executable graph for ``stream``'s device (on a capture
-        stream of its own, not on the stream the graph replays on)."""
+        stream of its own, not on the stream the graph replays on). Everything is taken from
+        one snapshot of the node list: an ``update`` on another thread may swap the list while
+        a node compiles, and the graph, its borrows and its records must be of one list."""
+        nodes = self.nodes
         builder = cuda.graph_builder(stream.device.index)
-        for node in self.nodes:
+        for node in nodes:
             node.capture(builder)
         distinct = {}
-        for n in self.nodes:  # one representative node per distinct set of borrows
+        for n in nodes:  # one representative node per distinct set of borrows
             distinct.setdefault(n.borrow_key, n)
         per_kernel: dict = {}
-        for n in self.nodes:
+        for n in nodes:
             if n.launch_counter is not None:
                 per_kernel[n.launch_counter] = per_kernel.get(n.launch_counter, 0) + 1
         previous = self._captured[0] if self._captured is not None else None
         graph = cuda.finish_graph(builder, previous)  # kept: it frees the executable graph
-        records = list({id(r): r for n in self.nodes
+        records = list({id(r): r for n in nodes
                         for r in (n.fault_records() if hasattr(n, "fault_records") else ())
                         }.values())  # each kernel's fault record, read at a replay's sync
         self._captured = (graph, int(graph.handle), ReplayBorrows(distinct.values()),
-                          per_kernel, f"a replay of a graph of {len(self.nodes)} node(s)",
+                          per_kernel, f"a replay of a graph of {len(nodes)} node(s)",
                           records)
-        self._captured_nodes = self.nodes
+        self._captured_nodes = nodes
 
     def replay(self) -> None:
         """Replay once and wait: ``graph.launch().sync()``."""
