@@ -658,6 +658,64 @@ def test_a_cancelled_await_holds_the_op_until_its_work_is_complete():
     assert refs[0]() is None  # and let go once the stream was synchronized
 
 
+def test_a_cancelled_await_still_queued_for_a_waiter_thread_still_waits_for_its_work():
+    """With every waiter thread busy, an await cancelled while its wait is still queued must
+    not drop the wait: the stream is still synchronized and the op held until then."""
+    import gc
+    import threading
+    import time
+    import weakref
+
+    from tilesafe.deviceops import awaiting
+
+    done = threading.Event()
+    synchronized = []
+
+    class Op:
+        def _enqueue(self, stream, where, only_enqueueing):
+            return True, object()
+
+        def _enqueue_while_only_enqueueing(self):
+            return True
+
+    class Platform:
+        def is_idle(self, stream):
+            return False
+
+    class Stream:
+        _platform = Platform()
+
+        def synchronize(self):
+            done.wait(5)
+            synchronized.append(self)
+
+    busy = awaiting.waiters()._max_workers
+    refs = []
+
+    async def saturate_then_cancel():
+        blockers = [asyncio.ensure_future(awaiting.await_on_loop(Op(), Stream(), None))
+                    for _ in range(busy)]
+        await asyncio.sleep(0.05)  # (every waiter thread now waits)
+        op = Op()
+        refs.append(weakref.ref(op))
+        queued = asyncio.ensure_future(awaiting.await_on_loop(op, Stream(), None))
+        del op
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        done.set()
+        await asyncio.gather(*blockers)
+    asyncio.run(saturate_then_cancel())
+    for _ in range(200):
+        if len(synchronized) == busy + 1:
+            break
+        time.sleep(0.01)
+    assert len(synchronized) == busy + 1  # the cancelled one's stream too
+    gc.collect()
+    assert refs[0]() is None
+
+
 def _line_of_next_statement() -> int:
     import sys
     return sys._getframe(1).f_lineno + 1

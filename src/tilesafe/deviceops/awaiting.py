@@ -35,7 +35,9 @@ async def await_on_loop(op: Any, stream: Stream, where: Location) -> Any:
         raise
     loop = asyncio.get_running_loop()
     if not finished:  # the rest follows what was enqueued, on the same stream
-        return await loop.run_in_executor(waiters(), _drive_holding, value, stream, where, op)
+        # (shielded: cancelling the await must not cancel a drive still queued for a thread)
+        return await asyncio.shield(loop.run_in_executor(waiters(), _drive_holding, value,
+                                                         stream, where, op))
     try:
         idle = _idle_within(stream, SPIN_SECONDS)
     except BaseException:
@@ -44,7 +46,10 @@ async def await_on_loop(op: Any, stream: Stream, where: Location) -> Any:
     if idle:  # returns at once (unless another thread enqueued on the stream meanwhile)
         stream.synchronize()
     else:
-        await loop.run_in_executor(waiters(), _synchronize_holding, stream, op, value)
+        # (shielded: cancelled while queued for a thread, the wait would never run, and the
+        # op would be dropped with its work still running)
+        await asyncio.shield(loop.run_in_executor(waiters(), _synchronize_holding, stream, op,
+                                                  value))
     return value
 
 
