@@ -45,11 +45,13 @@ Which config a call uses, in order:
    fastest median wins; it is stored, and one line on stderr says what was tuned and what
    won. A call whose arguments are DeviceOps not run yet, or made while torch captures a
    CUDA graph, cannot be timed: it uses the first config and stores nothing (tune before
-   capturing: call once outside the capture, or ship a table). Nor can a call whose runs
-   cannot be recorded into a graph (it allocates, say) when, enqueued as a chain, they keep
-   the device waiting for the host (:class:`.timing.HostBound`): the times would be the
-   host's, so the first config runs for that key in this process, nothing is stored and
-   one line on stderr says so.
+   capturing: call once outside the capture, or ship a table). A call whose runs cannot be
+   recorded into a graph (it allocates, say) is timed as enqueued chains; a config whose
+   chains kept the device waiting for the host in most rounds (:class:`.timing.HostBound`)
+   took the device less time than the host's enqueueing, which every other config's time
+   exceeded: alone, it wins; with another such config the times cannot rank them, so the
+   first config runs for that key in this process, nothing is stored and one line on stderr
+   says so.
 
 Timing runs never change what the caller sees (see :mod:`.timing`): tensors named in
 ``mutates`` and kernel outputs (partitions) are cloned, outputs not allocated yet are
@@ -263,22 +265,29 @@ class Tuned:
                               f"\n{listed}\n  fix: correct the configs (or the launch "
                               "function) so that at least one compiles and launches")
         samples: dict[int, list[float]] = {i: [] for i in runs}
-        try:
-            for _ in range(ROUNDS):
-                for i, n in runs.items():
-                    samples[i].append(strategy.time_runs(self.configs[i],
-                                                         maker(self.configs[i]), stream, n))
-        except timing.HostBound as err:
+        waited: dict[int, int] = {i: 0 for i in runs}  # rounds a config kept the device waiting
+        for _ in range(ROUNDS):
+            for i, n in runs.items():
+                try:
+                    ms = strategy.time_runs(self.configs[i], maker(self.configs[i]), stream, n)
+                except timing.HostBound as err:
+                    ms, waited[i] = err.device_ms, waited[i] + 1
+                samples[i].append(ms)
+        medians = {i: statistics.median(s) for i, s in samples.items()}
+        # A config whose chains kept the device waiting in most rounds took the device less
+        # time than the host took to enqueue it, which the other configs' device time
+        # exceeded: one such config is the fastest; several cannot be ranked by these times.
+        host_bound = [i for i in runs if waited[i] * 2 > ROUNDS]
+        if len(host_bound) > 1:
             print(f"tilesafe: not tuning {self.name} for key "
                   f"{self.key(*bound.args, **bound.kwargs)!r}: its timing runs could not be "
                   "recorded into a graph (the call allocates, or decides a step only when it "
-                  f"runs), and enqueued one after another they kept the device waiting: {err}, "
-                  "so the times would be the host's, not the configs'. The first config runs "
-                  "and nothing is stored (pass out= and workspace= where the function takes "
-                  "them, so that its runs can be recorded)", file=sys.stderr)
-            raise _HostBoundTiming() from None
-        medians = {i: statistics.median(s) for i, s in samples.items()}
-        winner = min(medians, key=lambda i: (medians[i], i))
+                  f"runs), and configs {host_bound} kept the device waiting for the host, so "
+                  "their times are the host's and cannot rank them. The first config runs and "
+                  "nothing is stored (pass out= and workspace= where the function takes them, "
+                  "so that its runs can be recorded)", file=sys.stderr)
+            raise _HostBoundTiming()
+        winner = host_bound[0] if host_bound else min(medians, key=lambda i: (medians[i], i))
         return winner, medians, failures
 
     def _report(self, device_name: str, values: Any, index: int, times: dict, failures: dict,

@@ -104,13 +104,17 @@ class CudaEventTiming(Timing):
             end.synchronize()
             return start.elapsed_ms(end) / runs
         enqueued: list = []
+
+        def mark_end(result: Any) -> Any:  # (runs as the chain's last step is enqueued)
+            end.record(stream)
+            enqueued.append(time.perf_counter())
+            return result
         began = time.perf_counter()
         start.record(stream)
         op = make_op()
         for _ in range(runs - 1):
             op = op.then(lambda _result: make_op())
-        op.then(lambda result: (end.record(stream), enqueued.append(time.perf_counter()),
-                                result)[2]).sync_on(stream)
+        op.then(mark_end).sync_on(stream)
         end.synchronize()
         device_ms = start.elapsed_ms(end)
         host_ms = (enqueued[0] - began) * 1e3
@@ -128,8 +132,8 @@ def host_bound(device_ms: float, host_ms: float) -> bool:
     """Whether a chain of runs that took the device ``device_ms`` between its two events, and
     the host ``host_ms`` to enqueue, measured the host: a device that finishes within
     :data:`HOST_BOUND_MARGIN` times the enqueueing spent it waiting for work, so the time is
-    the host's (the same for every config), not the config's. (A chain the device was busy
-    with takes it longer than the host took to enqueue it.)"""
+    the host's, not the config's: the config takes the device less time than that (a chain
+    the device was busy with takes it longer than the host took to enqueue it)."""
     return device_ms <= host_ms * HOST_BOUND_MARGIN
 
 
