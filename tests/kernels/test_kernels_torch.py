@@ -263,3 +263,43 @@ def test_allocations_made_for_a_recorded_call_are_kept_and_imports_are_not():
     assert outside._alloc not in kept and imported._alloc not in kept
     after = ts.zeros((2,)).sync()
     assert after._alloc not in kept
+
+
+def test_memory_a_call_makes_is_kept_for_a_capture_and_held_until_eager_work_completes(
+        monkeypatch):
+    """The two cuda branches of a call with torch tensors, run on a cpu stream standing in for
+    torch's: recorded into a (simulated) torch capture, the device value ``sample`` makes of
+    an int offset is kept for good; run eagerly, the stream holds it with the call's work and
+    lets it go once that work is seen complete."""
+    import gc
+    import weakref
+
+    from tilesafe import kernels as K
+    from tilesafe.kernels import _torch
+    stream = ts.Stream("cpu")
+    state = {"capturing": True}
+    monkeypatch.setattr(_torch, "_stream_of", lambda device: stream)
+    monkeypatch.setattr(_torch, "_capturing", lambda device: state["capturing"])
+    monkeypatch.setattr(_torch, "_release_completed", lambda index=None: None)
+    monkeypatch.setattr(_torch, "reserve_fault_records", lambda count, device=None: None)
+    monkeypatch.setattr(_torch, "_RECORDED_ALLOCATIONS", [])
+    logits = torch.randn(2, 300, generator=torch.Generator().manual_seed(1))
+    want = K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=torch.tensor([7]))
+    got = K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=7)
+    assert torch.equal(got, want)
+    (kept,) = _torch._RECORDED_ALLOCATIONS  # the offset's device value, and only it
+    kept_ref = weakref.ref(kept)
+    del kept
+    for offset in range(20):  # (new plans: the first call's plan is dropped)
+        K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=offset)
+    gc.collect()
+    assert kept_ref() is not None
+    state["capturing"] = False
+    monkeypatch.setattr(_torch, "_RECORDED_ALLOCATIONS", [])
+    K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=7)
+    assert _torch._RECORDED_ALLOCATIONS == []
+    (held,) = [item for _, _, spent in stream._marks for item, _ in spent
+               if isinstance(item, _torch._HeldUntilComplete)]
+    assert held.allocation is not None
+    stream.release_completed()
+    assert held.allocation is None

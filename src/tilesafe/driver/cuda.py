@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import threading
 import weakref
 from dataclasses import dataclass
@@ -206,25 +207,31 @@ def device_to_host(src_ptr: int, nbytes: int, stream: Any) -> np.ndarray:
 
 # -- modules and launches -------------------------------------------------------------------
 
-#: every module this process loaded, kept loaded for good. A recorded CUDA graph holds its
-#: kernels' functions: tilesafe's own, or a foreign one (torch's, which a library call made
-#: while torch captures records into) that nothing of tilesafe sees replayed. A module unloaded
-#: when the last tilesafe object using it went away would leave such a graph launching freed
-#: code (an illegal address on its next replay). The cost is the modules' device memory: one
-#: per distinct cubin loaded (a kernel specialization, or a tuning config tried).
-_LOADED: list = []
+#: every module this process loaded, kept loaded for good, by (device, cubin digest, kernel
+#: name): ``(module, kernel)``. A recorded CUDA graph holds its kernels' functions: tilesafe's
+#: own, or a foreign one (torch's, which a library call made while torch captures records into)
+#: that nothing of tilesafe sees replayed. A module unloaded when the last tilesafe object
+#: using it went away would leave such a graph launching freed code (an illegal address on its
+#: next replay). The cost is the modules' device memory: one per distinct cubin loaded on a
+#: device (a kernel specialization, or a tuning config tried); loading one again reuses it.
+_LOADED: dict = {}
 _LOADED_LOCK = threading.Lock()
 
 
 def load_kernel(cubin: bytes, name: str, index: int) -> Any:
     """Load a cubin on device ``index`` and return its kernel ``name``; the module stays
-    loaded for the life of the process (:data:`_LOADED`)."""
+    loaded for the life of the process (:data:`_LOADED`), and the same cubin and name on the
+    same device give the kernel already loaded."""
+    key = (index, hashlib.sha256(cubin).digest(), name)
+    with _LOADED_LOCK:
+        found = _LOADED.get(key)
+    if found is not None:
+        return found[1]
     make_current(index)
     module = _core().ObjectCode.from_cubin(cubin)
     kernel = module.get_kernel(name)
     with _LOADED_LOCK:
-        _LOADED.append(module)
-    return kernel
+        return _LOADED.setdefault(key, (module, kernel))[1]
 
 
 class PackedLaunch:

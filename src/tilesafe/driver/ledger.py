@@ -25,7 +25,9 @@ holds :data:`LEDGER` from its checks to its effect: a launch's checks and loans,
 loans, a move, a spend, and a host access until its data has moved.
 
 Loans are taken by :func:`take_loans` (check, then lend) and, for work repeated on one stream,
-:func:`shared_or_new_loans`; they end through :func:`release_all`. This module imports only
+:func:`shared_or_new_loans`; they end through :func:`release_all`. A loan does not keep its
+memory alive: what must outlive a Python object over it (memory a call made for work that a
+foreign graph records) is collected by :func:`retaining_new_allocations`. This module imports only
 ``errors`` and ``driver.device`` (and the compiled lock, ``driver._ledger``).
 """
 

@@ -46,8 +46,10 @@ class _StreamState:
     __slots__ = ("device", "_pending", "_spent", "_native_address")
 
     def on_complete(self, loans: list, borrowed_partitions: list, where: Any) -> None:
-        """Release ``loans`` and end the borrow of ``borrowed_partitions`` when this stream is
-        next synchronized (the point where the host knows the work is complete)."""
+        """Release ``loans`` and hand back ``borrowed_partitions`` (each item's ``_spend`` is
+        called: a borrowed partition is spent, a fault record read, memory held for the work
+        let go) when this stream is next synchronized (the point where the host knows the work
+        is complete)."""
         # No lock needed: the work was enqueued before this call, so a synchronize on another
         # thread that takes the list this lands in began its wait after the enqueue.
         self._pending.extend(loans)

@@ -11,10 +11,10 @@ Loans: the launch borrows the imported memory like any launch. The work is *mark
 stream (``Stream.mark``), and the loans end once it has completed, checked without waiting at
 the next library call with torch tensors on that device (whichever of torch's streams it
 runs on: work on one stream, synchronized, then a call on another, as torch code does) or by
-:func:`release_completed`. Memory tilesafe allocates for a call itself (not its outputs, which
-torch allocates: a value ``sample`` makes of an int offset) is held until then too. So a tilesafe tensor over
-the same memory stays protected while the work is pending; torch itself orders its own use of
-the tensors by the stream, as for its own ops. A failed run-time check of an earlier call
+:func:`release_completed`. So a tilesafe tensor over the same memory stays protected while
+the work is pending; torch itself orders its own use of the tensors by the stream, as for its
+own ops. Memory tilesafe allocates for a call itself (not its outputs, which torch allocates:
+a value ``sample`` makes of an int offset) is held until then too. A failed run-time check of an earlier call
 (``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the device
 after that work completed, or by :func:`release_completed`.
 
@@ -158,19 +158,32 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
         if stream is None:  # torch's cpu device: the interpreter runs the launch now
             result = op._drive(runs_on, where)
         else:
-            result = op._enqueue(stream, where)
+            try:
+                result = op._enqueue(stream, where)
+            except BaseException:  # (a part enqueued before the failure may read them)
+                _hold(made, stream, capturing, where)
+                raise
     if capturing:
         # recorded into torch's graph, nothing ran (module docstring); a fault record its
         # replays may write is never handed to another launch, and memory tilesafe allocated
         # for the launches is never freed
         _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
-        _RECORDED_ALLOCATIONS.extend(made)
+        _hold(made, stream, capturing, where)
     elif stream is not None:
-        if made:  # (freed earlier, on the stream that allocated it, it could go to another
-            # allocation while the launch on torch's stream still reads it)
-            stream.on_complete([], [_HeldUntilComplete(a) for a in made], where)
+        _hold(made, stream, capturing, where)
         stream.mark()
     return _to_torch(result, back)
+
+
+def _hold(made: list, stream: Stream, capturing: bool, where: Any) -> None:
+    """Keep the allocations tilesafe made for a call while its work may read them: for good
+    when the work was recorded into torch's graph, else until it has completed (freed earlier,
+    on the stream that allocated them, they could go to another allocation while a launch on
+    torch's stream still reads them)."""
+    if capturing:
+        _RECORDED_ALLOCATIONS.extend(made)
+    elif made:
+        stream.on_complete([], [_HeldUntilComplete(a) for a in made], where)
 
 
 class _HeldUntilComplete:
