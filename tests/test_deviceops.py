@@ -601,104 +601,90 @@ def test_a_cancelled_await_leaves_no_loan_and_no_partial_write():
         ts.borrow_mut(z)  # no loan is left: it can be lent again
 
 
+class _EnqueuedOp:
+    """A stand-in op for ``awaiting.await_on_loop``: enqueued whole at once."""
+
+    def _enqueue(self, stream, where, only_enqueueing):
+        return True, object()
+
+    def _enqueue_while_only_enqueueing(self):
+        return True
+
+
+class _BusyStream:
+    """A stand-in stream that is never idle; its synchronize waits for ``done`` (an event),
+    then records itself in ``synchronized``."""
+
+    class _Platform:
+        def is_idle(self, stream):
+            return False
+    _platform = _Platform()
+
+    def __init__(self, done, synchronized):
+        self.done, self.synchronized = done, synchronized
+
+    def synchronize(self):
+        self.done.wait(5)
+        self.synchronized.append(self)
+
+
+def _collected(ref, seconds: float = 1.0) -> bool:
+    """Whether the weakly referenced object is collected within ``seconds``."""
+    import gc
+    import time
+    deadline = time.perf_counter() + seconds
+    while True:
+        gc.collect()
+        if ref() is None or time.perf_counter() > deadline:
+            return ref() is None
+        time.sleep(0.01)
+
+
 def test_a_cancelled_await_holds_the_op_until_its_work_is_complete():
     """An await whose wait went to a waiter thread and was then cancelled drops its own
     references to the op at once; the waiter thread holds the op and what it hands back until
-    the stream's work is complete, so their memory is not freed under running work. (A stand-in
-    op and stream: one that is never idle, whose synchronize waits for the test.)"""
+    the stream's work is complete, so their memory is not freed under running work."""
     import threading
     import weakref
 
     from tilesafe.deviceops import awaiting
-
-    done = threading.Event()
-
-    class Value:
-        pass
-
-    class Op:
-        def _enqueue(self, stream, where, only_enqueueing):
-            return True, Value()
-
-        def _enqueue_while_only_enqueueing(self):
-            return True
-
-    class Platform:
-        def is_idle(self, stream):
-            return False
-
-    class Stream:
-        _platform = Platform()
-
-        def synchronize(self):
-            done.wait(5)
-
-    refs = []
+    done, synchronized, refs = threading.Event(), [], []
 
     async def cancelled():
-        op = Op()
+        op = _EnqueuedOp()
         refs.append(weakref.ref(op))
-        task = asyncio.ensure_future(awaiting.await_on_loop(op, Stream(), None))
+        task = asyncio.ensure_future(awaiting.await_on_loop(op, _BusyStream(done, synchronized),
+                                                            None))
         del op
         await asyncio.sleep(0.05)  # (spun for its 50 us, now waiting on a waiter thread)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
     asyncio.run(cancelled())
-    import gc
-    gc.collect()
-    assert refs[0]() is not None  # held by the waiter thread while the work runs
+    assert not _collected(refs[0], 0.05)  # held by the waiter thread while the work runs
     done.set()
-    for _ in range(100):
-        gc.collect()
-        if refs[0]() is None:
-            break
-        import time
-        time.sleep(0.01)
-    assert refs[0]() is None  # and let go once the stream was synchronized
+    assert _collected(refs[0])  # and let go once the stream was synchronized
 
 
 def test_a_cancelled_await_still_queued_for_a_waiter_thread_still_waits_for_its_work():
     """With every waiter thread busy, an await cancelled while its wait is still queued must
     not drop the wait: the stream is still synchronized and the op held until then."""
-    import gc
     import threading
     import time
     import weakref
 
     from tilesafe.deviceops import awaiting
-
-    done = threading.Event()
-    synchronized = []
-
-    class Op:
-        def _enqueue(self, stream, where, only_enqueueing):
-            return True, object()
-
-        def _enqueue_while_only_enqueueing(self):
-            return True
-
-    class Platform:
-        def is_idle(self, stream):
-            return False
-
-    class Stream:
-        _platform = Platform()
-
-        def synchronize(self):
-            done.wait(5)
-            synchronized.append(self)
-
+    done, synchronized, refs = threading.Event(), [], []
     busy = awaiting.waiters()._max_workers
-    refs = []
 
     async def saturate_then_cancel():
-        blockers = [asyncio.ensure_future(awaiting.await_on_loop(Op(), Stream(), None))
-                    for _ in range(busy)]
+        blockers = [asyncio.ensure_future(awaiting.await_on_loop(
+            _EnqueuedOp(), _BusyStream(done, synchronized), None)) for _ in range(busy)]
         await asyncio.sleep(0.05)  # (every waiter thread now waits)
-        op = Op()
+        op = _EnqueuedOp()
         refs.append(weakref.ref(op))
-        queued = asyncio.ensure_future(awaiting.await_on_loop(op, Stream(), None))
+        queued = asyncio.ensure_future(awaiting.await_on_loop(
+            op, _BusyStream(done, synchronized), None))
         del op
         await asyncio.sleep(0.05)
         queued.cancel()
@@ -712,8 +698,7 @@ def test_a_cancelled_await_still_queued_for_a_waiter_thread_still_waits_for_its_
             break
         time.sleep(0.01)
     assert len(synchronized) == busy + 1  # the cancelled one's stream too
-    gc.collect()
-    assert refs[0]() is None
+    assert _collected(refs[0])
 
 
 def _line_of_next_statement() -> int:
