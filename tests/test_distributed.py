@@ -296,3 +296,33 @@ def test_a_collective_that_fails_before_or_after_torch_starts_it(one_rank, monke
         op.sync()
     with pytest.raises(ts.BorrowError, match="running all_reduce"):
         t.numpy()
+
+
+class _Done:
+    def wait(self):
+        return True
+
+
+def test_a_collective_lends_into_the_book_its_memory_has_when_it_runs(one_rank, monkeypatch):
+    """An import overlapping two tensors merges their memory's loan books after the
+    collective was made: while it runs, every tensor over its buffer (the merged import too)
+    still sees its loans, so a host read or write of the buffer is refused (the collective lent
+    into the emptied book it had noted at creation, which no memory pointed to)."""
+    big = np.zeros(16, np.float32)
+    x, _ = ts.from_dlpack(big[:8]), ts.from_dlpack(big[8:])  # (two regions, two books)
+    op = D.all_reduce(x)
+    whole = ts.from_dlpack(big)  # overlaps both: the books merge
+    seen = []
+
+    def running(dist, views):
+        for name, access in (("read x", x.numpy), ("read whole", whole.numpy)):
+            try:
+                access()
+                seen.append(f"{name} allowed")
+            except ts.BorrowError:
+                seen.append(f"{name} refused")
+        return _Done()
+    monkeypatch.setattr(op, "_call", running)
+    op.sync()
+    assert seen == ["read x refused", "read whole refused"]
+    assert x.numpy().tolist() == [0.0] * 8  # (and free again once it completed)

@@ -160,10 +160,8 @@ class _CollectiveOp(DeviceOp):
         super().__init__(None, f"{name}({shapes}) created at {where}", tensors[0].device)
         self._name, self._tensors, self._call, self._result = name, tensors, call, result
         self._where, self._group = where, group
-        self._borrows = ([(t._alloc.loans, *t.span(), False, f"{name} reading it")
-                          for _, t in reads]
-                         + [(t._alloc.loans, *t.span(), True, f"{name} writing it")
-                            for _, t in writes])
+        self._borrows = [(t, False, f"{name} reading it") for _, t in reads] + \
+            [(t, True, f"{name} writing it") for _, t in writes]
         # Inside a running pipeline (a .then step), work already enqueued on its stream does
         # not block the collective, which runs after it there; the loans are then valid for
         # that stream only (_perform checks again for the stream it runs on), as a launch's.
@@ -173,8 +171,15 @@ class _CollectiveOp(DeviceOp):
                 t._check_access(f"send it ({name})", write=False, in_pipeline=True)
             for _, t in writes:
                 t._check_access(f"receive into it ({name})", write=True, in_pipeline=True)
-            self._loans = take_loans(self._borrows, f"the pending {name} created at {where}",
-                                     where, early_stream)
+            self._loans = take_loans(self._loan_books(), f"the pending {name} created at "
+                                     f"{where}", where, early_stream)
+
+    def _loan_books(self) -> list:
+        """What the collective borrows, in the loan books its tensors' memory has now (read
+        anew each time: an import that overlaps one of them merges their books, and loans
+        lent into a book no memory points to any more would stop nothing)."""
+        return [(t._alloc.loans, *t.span(), mutable, action)
+                for t, mutable, action in self._borrows]
 
     def _perform(self, stream: Any) -> Tensor:
         """Run the collective in ``stream``'s order (module docstring). While torch.distributed
@@ -184,8 +189,8 @@ class _CollectiveOp(DeviceOp):
         on_gpu = self._tensors[0].device.kind == "cuda"
         with LEDGER:  # (the loans of its creation go; private ones, checked for `stream`, come)
             release_all(self._loans)
-            self._loans = take_loans(self._borrows, f"the running {self._name} created at "
-                                     f"{self._where}", self._where, stream, private=True)
+            self._loans = take_loans(self._loan_books(), f"the running {self._name} created "
+                                     f"at {self._where}", self._where, stream, private=True)
         enqueued = False  # (then torch may still touch the buffers: the loans must not end)
         try:
             import torch
