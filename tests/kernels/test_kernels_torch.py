@@ -298,8 +298,36 @@ def test_memory_a_call_makes_is_kept_for_a_capture_and_held_until_eager_work_com
     monkeypatch.setattr(_torch, "_RECORDED_ALLOCATIONS", [])
     K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=7)
     assert _torch._RECORDED_ALLOCATIONS == []
-    (held,) = [item for _, _, spent in stream._marks for item, _ in spent
-               if isinstance(item, _torch._HeldUntilComplete)]
-    assert held.allocation is not None
+    held = [item for _, _, spent in stream._marks for item, _ in spent
+            if isinstance(item, _torch._HeldUntilComplete)]
+    assert {type(item.held).__name__ for item in held} == {"Allocation", "Tensor"}
     stream.release_completed()
-    assert held.allocation is None
+    assert all(item.held is None for item in held)
+
+
+def test_a_pending_eager_call_keeps_its_imports_so_a_new_import_sees_its_loans(monkeypatch):
+    """The imports of a call's torch tensors are held with its work: after many more calls of
+    the same kernel (whose plan cache let the first call's imports go), a new import of an
+    input still sees the pending call's loan, so a host write through it is refused until the
+    work is seen complete. (A cpu stream stands in for torch's; its marked work counts as
+    pending until ``release_completed``.)"""
+    import gc
+
+    from tilesafe import kernels as K
+    from tilesafe.kernels import _torch
+    stream = ts.Stream("cpu")
+    monkeypatch.setattr(_torch, "_stream_of", lambda device: stream)
+    monkeypatch.setattr(_torch, "_capturing", lambda device: False)
+    monkeypatch.setattr(_torch, "_release_completed", lambda index=None: None)
+    monkeypatch.setattr(_torch, "reserve_fault_records", lambda count, device=None: None)
+    x, w = torch.randn(4, 64), torch.ones(64)
+    K.rms_norm(x, w)
+    for _ in range(12):  # (other inputs: the plan cache drops the first call's plans)
+        K.rms_norm(torch.randn(4, 64), w)
+    gc.collect()
+    again = ts.from_dlpack(x)
+    with pytest.raises(ts.BorrowError):
+        again.copy_(ts.zeros((4, 64)).sync()).sync()
+    stream.release_completed()
+    again.copy_(ts.zeros((4, 64)).sync()).sync()
+    assert bool((x == 0).all())

@@ -161,42 +161,48 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
             try:
                 result = op._enqueue(stream, where)
             except BaseException:  # (a part enqueued before the failure may read them)
-                _hold(made, stream, capturing, where)
+                _hold(made, back, stream, capturing, where)
                 raise
     if capturing:
         # recorded into torch's graph, nothing ran (module docstring); a fault record its
         # replays may write is never handed to another launch, and memory tilesafe allocated
         # for the launches is never freed
         _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
-        _hold(made, stream, capturing, where)
+        _hold(made, back, stream, capturing, where)
     elif stream is not None:
-        _hold(made, stream, capturing, where)
+        _hold(made, back, stream, capturing, where)
         stream.mark()
     return _to_torch(result, back)
 
 
-def _hold(made: list, stream: Stream, capturing: bool, where: Any) -> None:
-    """Keep the allocations tilesafe made for a call while its work may read them: for good
-    when the work was recorded into torch's graph, else until it has completed (freed earlier,
-    on the stream that allocated them, they could go to another allocation while a launch on
-    torch's stream still reads them)."""
+def _hold(made: list, back: dict, stream: Stream, capturing: bool, where: Any) -> None:
+    """Keep what a call's work uses while it may use it. Recorded into torch's graph: the
+    allocations tilesafe made for the call, for good (the graph's torch tensors are the user's
+    to keep, as for any torch graph). Run: those allocations and the call's imports of torch
+    tensors (``back``), until the work has completed. Freed earlier, an allocation (on the
+    stream that made it) could go to another while a launch on torch's stream still reads it;
+    and an import collected early takes its memory's loan book with it, so a new import of
+    that memory would see none of the pending loans."""
     if capturing:
         _RECORDED_ALLOCATIONS.extend(made)
-    elif made:
-        stream.on_complete([], [_HeldUntilComplete(a) for a in made], where)
+        return
+    held = [*made, *(mine for mine, _ in back.values())]
+    if held:
+        stream.on_complete([], [_HeldUntilComplete(item) for item in held], where)
 
 
 class _HeldUntilComplete:
-    """An allocation tilesafe made for a call on torch tensors, handed to the stream with the
-    call's work and let go when that work has completed (``Stream.release_completed``)."""
+    """What a call on torch tensors holds for its work (an allocation, an import), handed to
+    the stream with that work and let go when it has completed (``Stream.release_completed``).
+    """
 
-    __slots__ = ("allocation",)
+    __slots__ = ("held",)
 
-    def __init__(self, allocation: Any):
-        self.allocation = allocation
+    def __init__(self, held: Any):
+        self.held = held
 
     def _spend(self, why: str, where: Any) -> None:
-        self.allocation = None
+        self.held = None
 
 
 def _capturing(device: Any) -> bool:
