@@ -220,6 +220,34 @@ def test_decode_attention_with_a_workspace_records_into_a_graph(rng):
         decode_attention(qt, kt, vt, seq_lens, num_splits=3, workspace=small)
 
 
+def test_decode_attention_refuses_an_out_over_its_workspace_before_writing_anything(rng):
+    """An ``out=`` that overlaps the workspace (or an input) is refused before the first of
+    the two launches runs: the merge's own check would come after the partial launch had
+    written the workspace, and with it ``out``."""
+    from tilesafe.kernels import decode_attention_workspace, paged_decode_attention
+    q = _tensor(_random(rng, (1, 2, 64), "float16"))
+    k = _tensor(_random(rng, (1, 2, 32, 64), "float16"))
+    v = _tensor(_random(rng, (1, 2, 32, 64), "float16"))
+    seq_lens = _tensor(np.array([32], dtype=np.int32))
+    size = decode_attention_workspace(q, k, num_splits=2).sync().size
+    raw = np.full(size + 64, 7.0, np.float32)
+    workspace = ts.from_dlpack(raw[:size])
+    out = ts.from_dlpack(raw[:64].view(np.float16).reshape(1, 2, 64))  # (the workspace's start)
+    with pytest.raises(ts.AliasingError, match="decode_attention: out and workspace overlap "
+                       "in memory, and out is written"):
+        decode_attention(q, k, v, seq_lens, num_splits=2, workspace=workspace, out=out)
+    assert (raw == 7.0).all()
+    with pytest.raises(ts.AliasingError, match="out and q overlap"):
+        decode_attention(q, k, v, seq_lens, out=q)
+    pool_k = _tensor(_random(rng, (2, 16, 2, 64), "float16"))
+    pool_v = _tensor(_random(rng, (2, 16, 2, 64), "float16"))
+    table = _tensor(np.array([[1, 0]], dtype=np.int32))
+    with pytest.raises(ts.AliasingError, match="paged_decode_attention: out and v_cache "
+                       "overlap"):
+        paged_decode_attention(q, pool_k, pool_v, seq_lens, table,
+                               out=pool_v[0, 0].reshape(1, 2, 64))
+
+
 def test_decode_attention_length_past_the_cache_is_an_index_error(rng):
     q, k = _random(rng, (1, 4, 64), "float16"), _random(rng, (1, 1, 90, 64), "float16")
     seq_lens = _tensor(np.array([91], dtype=np.int32))

@@ -297,6 +297,8 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
             empty batch or cache; ``seq_lens`` not an int32 ``(batch,)`` tensor; devices that
             differ; a bad ``scale`` or ``num_splits``; an ``out`` of the wrong shape, dtype
             or device.
+        AliasingError: an ``out`` or ``workspace`` that overlaps another tensor of the call
+            (refused before anything runs).
     """
     q = args.check_tensor(OP, "q", q, 3, "(batch, q_heads, head_dim)")
     layout = "(batch, kv_heads, max_len, head_dim)"
@@ -337,5 +339,7 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
                                   or workspace.dtype != float32):
         raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
                         "allocate it with decode_attention_workspace(q, k_cache)")
+    args.check_disjoint(OP, {"out": out, "workspace": workspace},
+                        {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens})
     return _launch_decode(q3, k_cache, v_cache, seq_lens, out, tuple(q.shape), qk_scale, kv_heads,
                           num_splits, workspace)

@@ -344,6 +344,8 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens
             ``block_table`` not an int32 ``(batch, max_blocks_per_seq)`` tensor; devices
             that differ; a bad ``scale``, ``num_splits`` or ``workspace``; an ``out`` of the
             wrong shape, dtype or device.
+        AliasingError: an ``out`` or ``workspace`` that overlaps another tensor of the call
+            (refused before anything runs).
         IndexOutOfRangeError: (when the op runs) a block id outside the pool, or a length
             past the table's capacity.
     """
@@ -391,5 +393,8 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens
         raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
                         "allocate it with paged_decode_attention_workspace(q, k_cache, "
                         "block_table)")
+    args.check_disjoint(OP, {"out": out, "workspace": workspace},
+                        {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens,
+                             "block_table": block_table})
     return _launch_paged(q3, k_cache, v_cache, seq_lens, block_table, out, tuple(q.shape),
                          qk_scale, kv_heads, num_splits, workspace)
