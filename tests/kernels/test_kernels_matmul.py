@@ -492,11 +492,35 @@ def test_accumulate_misuse_is_refused_with_nothing_written():
     _refused(lambda: silu_mul_matmul(ts.tensor(np.ones((1, 16), np.float16)).sync(), w,
                                      accumulate=True),
              "silu_mul_matmul: accumulate=True adds the product to out=")
-    # the output is borrowed exclusively: an input sharing its memory is refused by the launch
+    # the output is borrowed exclusively: an input sharing its memory is refused by the call
+    # before anything is launched
     square = ts.tensor(np.ones((1, 8), np.float16)).sync()
-    with pytest.raises(ts.AliasingError, match="arguments 'z' and 'x' of 'gemv_rows' overlap"):
-        matmul(square, w, out=square, accumulate=True).sync()
+    with pytest.raises(ts.AliasingError, match="matmul: out and a overlap in memory, and out "
+                       "is written"):
+        matmul(square, w, out=square, accumulate=True)
     assert np.all(square.numpy() == 1.0)
+
+
+def test_a_written_tensor_over_another_of_the_call_is_refused_before_any_launch():
+    """The two-launch forms (the gating or the norm into a buffer, then the product; a split
+    product into a workspace, then its merge) would meet an overlap only at their second
+    launch, after the first had written: every call refuses it up front, nothing written."""
+    from tilesafe.kernels import rms_norm_matmul, silu_mul_matmul
+    w = ts.tensor(np.ones((8, 16), np.float16)).sync()
+    raw = np.full(64, 3.0, np.float16)
+    out = ts.from_dlpack(raw[:16].reshape(2, 8))
+    activations = ts.from_dlpack(raw[8:40].reshape(2, 16))  # (overlaps out's second row)
+    gate_up = ts.tensor(np.ones((2, 32), np.float16)).sync()
+    with pytest.raises(ts.AliasingError, match="silu_mul_matmul: out and activations overlap"):
+        silu_mul_matmul(gate_up, w, activations=activations, out=out)
+    x = ts.tensor(np.ones((2, 16), np.float16)).sync()
+    with pytest.raises(ts.AliasingError, match="rms_norm_matmul: out and normed overlap"):
+        rms_norm_matmul(x, None, w, normed=activations, out=out)
+    workspace = ts.from_dlpack(raw[32:].view(np.float32))
+    with pytest.raises(ts.AliasingError, match="matmul: out and workspace overlap"):
+        matmul(ts.tensor(np.ones((2, 16), np.float16)).sync(), w,
+               out=ts.from_dlpack(raw[32:48].reshape(2, 8)), workspace=workspace)
+    assert (raw == 3.0).all()
 
 
 class _EveryConfigTiming(timing_module.Timing):

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from .._callsite import caller_location
 from ..dtypes import DType, bfloat16, float16
-from ..errors import AliasingError, ArgumentError
+from ..errors import ArgumentError
 from ..host.partition import Partition
 from ..host.tensor import Tensor, borrow_mut
 from ._outputs import Output
@@ -126,19 +126,3 @@ def output_partition(op: str, out: Any, shape: Sequence[int], flat: Sequence[int
 def next_power_of_two(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
-
-def check_disjoint(op: str, written: dict, read: dict) -> None:
-    """Refuse, before anything is launched, a call whose written memory (``out=``, a
-    ``workspace=``: name -> tensor or None) shares a byte with another tensor of the call
-    (``read`` too): a call of several launches would otherwise be refused only by the launch
-    that takes both, after the launches before it had written (the overlap test is the
-    launches' own, ``Tensor._overlaps``)."""
-    given = {n: t for n, t in {**written, **read}.items() if isinstance(t, Tensor)}
-    names = list(given)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if (a in written or b in written) and given[a]._overlaps(given[b]):
-                raise AliasingError(f"{op}: {a} and {b} overlap in memory, and "
-                                    f"{a if a in written else b} is written", caller_location(),
-                                    hint="pass disjoint tensors (a workspace of its own, an "
-                                    "out= that is no view of an input)")

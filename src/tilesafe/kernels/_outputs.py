@@ -1,6 +1,8 @@
 """The output tensors of the library's functions: validated when the caller gives one
 (``out=``), else allocated (by tilesafe, or by torch when the call came with torch tensors), and
-partitioned for the launch so that the launch writes it in place.
+partitioned for the launch so that the launch writes it in place; and the check that a call's
+written tensors share no memory with its others, made before a call of several launches
+launches any.
 
 May import the host layer and ``errors``."""
 
@@ -12,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..dtypes import DType
-from ..errors import ArgumentError
+from ..errors import AliasingError, ArgumentError
 from ..host.partition import Partition
 from ..host.tensor import Tensor, borrow_mut
 
@@ -85,3 +87,20 @@ def _check_given(out: Any, shape: tuple, dtype: DType, device: Any, name: str, o
     if str(out.device) != str(device):
         raise ArgumentError(f"{op}: {name}= is on {out.device}, the inputs on {device}",
                             caller_location(), hint=f"allocate {name} on {device}")
+
+
+def check_disjoint(op: str, written: dict, read: dict) -> None:
+    """Refuse, before anything is launched, a call whose written memory (``out=``, a
+    ``workspace=``: name -> tensor or None) shares a byte with another tensor of the call
+    (``read`` too): a call of several launches would otherwise be refused only by the launch
+    that takes both, after the launches before it had written (the overlap test is the
+    launches' own, ``Tensor._overlaps``)."""
+    given = {n: t for n, t in {**written, **read}.items() if isinstance(t, Tensor)}
+    names = list(given)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if (a in written or b in written) and given[a]._overlaps(given[b]):
+                raise AliasingError(f"{op}: {a} and {b} overlap in memory, and "
+                                    f"{a if a in written else b} is written", caller_location(),
+                                    hint="pass disjoint tensors (a workspace of its own, an "
+                                    "out= that is no view of an input)")

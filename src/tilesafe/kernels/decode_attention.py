@@ -32,7 +32,7 @@ from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _attention_args as args
 from ._online_softmax import online_softmax_step
-from ._outputs import Output
+from ._outputs import Output, check_disjoint
 from ._rowwise import WarpVariants
 from ._torch import accepts_torch, workspace_accepts_torch
 
@@ -339,7 +339,7 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens: Tens
                                   or workspace.dtype != float32):
         raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
                         "allocate it with decode_attention_workspace(q, k_cache)")
-    args.check_disjoint(OP, {"out": out, "workspace": workspace},
-                        {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens})
+    check_disjoint(OP, {"out": out, "workspace": workspace},
+                   {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens})
     return _launch_decode(q3, k_cache, v_cache, seq_lens, out, tuple(q.shape), qk_scale, kv_heads,
                           num_splits, workspace)

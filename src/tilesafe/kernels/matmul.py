@@ -45,7 +45,7 @@ from .activations import silu_mul
 from .gemv import gemv_rows_normed, gemv_rows_silu_mul, scale_product, with_occupancy
 from .norms import MAX_ROW_TILE, _check_eps, rms_norm
 from ._rowwise import check_vector
-from ._outputs import Output
+from ._outputs import Output, check_disjoint
 from ._torch import accepts_torch, workspace_accepts_torch
 
 __all__ = ["matmul", "scaled_matmul", "silu_mul_matmul", "rms_norm_matmul"]
@@ -353,6 +353,8 @@ def _run(a2: Tensor, b_kn: Tensor, lead: tuple, out: Any, dtype: DType, op: str,
                                   or workspace.dtype != float32):
         raise ArgumentError(f"{op}: workspace must be a float32 tilesafe tensor",
                             caller_location(), hint="allocate it with matmul_workspace(a, b)")
+    check_disjoint(op, {"out": out, "workspace": workspace},
+                   {"a": a2, "b": b_kn, "scale_a": scales[0], "scale_b": scales[1]})
     if accumulate:
         return _accumulate(a2, b_kn, out, shape, dtype, op, workspace)
     result = Output(out, shape, dtype, a2.device, op=op)
@@ -497,6 +499,8 @@ def silu_mul_matmul(gate_up: Any, b: Any, *, activations: Any = None, out: Any =
     (m, _), n = a2.shape, b_kn.shape[1]
     accumulate = _check_accumulate(accumulate, out, op, where)
     result = Output(out, (m, n), a2.dtype, a2.device, op=op)  # (checked before any launch)
+    check_disjoint(op, {"out": out, "activations": activations, "workspace": workspace},
+                   {"gate_up": gate_up, "b": b_kn})
     config = _one_launch_config(a2, b_kn, op)
     if config is not None:
         kernel = with_occupancy(gemv_rows_silu_mul, config)
@@ -558,6 +562,8 @@ def rms_norm_matmul(x: Any, norm_weight: Any, b: Any, *, eps: float = 1e-6, out:
     result = Output(out, (m, n), a2.dtype, a2.device, op=op)
     if normed is not None:
         Output(normed, (m, k), a2.dtype, a2.device, name="normed", op=op)
+    check_disjoint(op, {"out": out, "normed": normed, "workspace": workspace},
+                   {"x": a2, "norm_weight": norm, "b": b_kn})
     config = _one_launch_config(a2, b_kn, op) if _pow2_at_least(k) <= MAX_ROW_TILE else None
     if config is not None:
         kernel = with_occupancy(gemv_rows_normed, config)

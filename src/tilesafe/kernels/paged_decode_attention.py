@@ -64,6 +64,7 @@ from ..host.tensor import Tensor
 from ..kernel import function, kernel
 from . import _attention_args as args
 from ._online_softmax import rescaled_scores, store_split
+from ._outputs import check_disjoint
 from ._rowwise import WarpVariants
 from ._torch import accepts_torch, workspace_accepts_torch
 from .decode_attention import (choose_splits, decode_attention_merge_kernel, group_rows,
@@ -393,8 +394,8 @@ def paged_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, seq_lens
         raise args.fail(OP, "workspace must be a float32 tilesafe tensor",
                         "allocate it with paged_decode_attention_workspace(q, k_cache, "
                         "block_table)")
-    args.check_disjoint(OP, {"out": out, "workspace": workspace},
-                        {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens,
-                             "block_table": block_table})
+    check_disjoint(OP, {"out": out, "workspace": workspace},
+                   {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seq_lens": seq_lens,
+                        "block_table": block_table})
     return _launch_paged(q3, k_cache, v_cache, seq_lens, block_table, out, tuple(q.shape),
                          qk_scale, kv_heads, num_splits, workspace)
