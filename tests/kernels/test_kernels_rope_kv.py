@@ -177,11 +177,11 @@ def test_outputs_that_alias_the_inputs_are_refused(rng):
     table, positions, slots = rope_cache(8, 8).sync(), on([0]), on([1])
     cache_k, cache_v = caches((4, 2, 8), "float32")
     before = q.numpy().copy()
-    with pytest.raises(ts.AliasingError, match="'q_out' and 'q' .* overlap in memory"):
+    with pytest.raises(ts.AliasingError, match="q_out and q overlap in memory"):
         rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v, slots,
                              q_out=q).sync()
     keys_in_cache = cache_k[1:2]  # the keys read from the slot the op writes
-    with pytest.raises(ts.AliasingError, match="'cache_k' and 'k' .* overlap in memory"):
+    with pytest.raises(ts.AliasingError, match="cache_k and k overlap in memory"):
         rope_kv_cache_update(q, keys_in_cache, v, table, positions, cache_k, cache_v,
                              slots).sync()
     assert np.array_equal(q.numpy(), before) and np.all(cache_k.numpy() == -1.0)
@@ -197,7 +197,7 @@ def test_other_paths_to_the_outputs_are_refused_and_a_failed_launch_leaves_them_
     base = ts.full((4 * 2 * 8,), -1.0).sync()
     cache_k, cache_v = ts.from_dlpack(base).reshape(4, 2, 8), ts.full((4, 2, 8), -2.0).sync()
     q_out = ts.from_dlpack(base)[:2 * 4 * 8].reshape(2, 4, 8)
-    with pytest.raises(ts.AliasingError, match="'q_out' and 'cache_k' .* overlap in memory"):
+    with pytest.raises(ts.AliasingError, match="q_out and cache_k overlap in memory"):
         rope_kv_cache_update(q, k, v, table, positions, cache_k, cache_v, slots,
                              q_out=q_out).sync()
     assert np.all(base.numpy() == -1.0)

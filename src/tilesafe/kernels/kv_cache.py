@@ -31,7 +31,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
-from ._outputs import Output
+from ._outputs import Output, check_disjoint
 from ._torch import accepts_torch
 
 CACHE_DTYPES = ("float16", "bfloat16", "float32")
@@ -255,6 +255,8 @@ def kv_cache_update(cache_k: Tensor, cache_v: Tensor, k: Tensor, v: Tensor,
                         "workspace= an earlier update filled",
                         "pass the workspace of the earlier update at the same slots, or "
                         "leave coordinates_in_workspace=False")
+    check_disjoint(op, {"cache_k": cache_k, "cache_v": cache_v, "workspace": workspace},
+                   {"k": k, "v": v, "slots": slots})
     if workspace is not None:  # checked before anything is launched
         width = k.shape[1] * k.shape[2]
         if head_major or width != args.pow2(width):

@@ -33,7 +33,7 @@ from ..deviceops.deviceop import DeviceOp
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import kernel
 from . import _token_args as args
-from ._outputs import Output
+from ._outputs import Output, check_disjoint
 from ._torch import accepts_torch
 from .kv_cache import checked_arguments as update_arguments, contiguous
 from .rope import _normalized_rotated_copy, _pair_columns, _rotated_copy
@@ -198,6 +198,10 @@ def rope_kv_cache_update(q: Tensor, k: Tensor, v: Tensor, cos_sin_cache: Tensor,
         raise args.fail(op, "rows_in_workspace=True needs the workspace= an earlier call "
                         "filled", "pass that workspace, or leave rows_in_workspace=False")
     rows = Output(workspace, (tokens, kv_heads), slots.dtype, device, name="workspace", op=op)
+    check_disjoint(op, {"q_out": q_out, "cache_k": cache_k, "cache_v": cache_v,
+                        "workspace": workspace},
+                   {"q": q, "k": k, "v": v, "cos_sin_cache": table, "positions": positions,
+                    "slots": slots, **{f"norm {i}": n for i, n in enumerate(norms or ())}})
     grouped = (tokens * kv_heads, group, d)  # (one tile per program)
     viewed = Output(None if q_out is None else q_out.reshape(*grouped), grouped, q.dtype,
                     device, name="q_out", op=op)

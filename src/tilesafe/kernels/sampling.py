@@ -61,15 +61,13 @@ import numpy as np
 from .. import core as tc
 from ..autotune import autotune
 from ..deviceops.deviceop import DeviceOp
-from .._callsite import caller_location
 from ..dtypes import float32, int32
-from ..errors import AliasingError
 from ..host.factory import empty
 from ..host.factory import tensor as host_tensor
 from ..host.tensor import Tensor, borrow_mut
 from ..kernel import function, kernel
 from . import _token_args as args
-from ._outputs import Output
+from ._outputs import Output, check_disjoint
 from ._torch import accepts_torch, workspace_accepts_torch
 
 LOGIT_DTYPES = ("float16", "bfloat16", "float32")
@@ -448,17 +446,8 @@ def argmax(logits: Tensor, *, out: Optional[Tensor] = None,
     logits = _logits(op, logits)
     workspace = _workspace(op, workspace, logits)
     result = _output(op, out, logits)
-    _check_apart(op, workspace, out)
+    check_disjoint(op, {"workspace": workspace, "out": out}, {"logits": logits})
     return _greedy(logits, result, workspace).then(lambda r: result.tensor(r.out))
-
-
-def _check_apart(op: str, workspace: Optional[Tensor], out: Optional[Tensor]) -> None:
-    """AliasingError where a lent workspace shares memory with ``out``: refused before
-    anything runs, since the first launch would write the chunk maxima into ``out`` before
-    the second one's borrows refuse it."""
-    if workspace is not None and out is not None and workspace._overlaps(out):
-        raise AliasingError(f"{op}: workspace and out overlap in memory", caller_location(),
-                            hint="lend a workspace of its own (argmax_workspace(logits))")
 
 
 def _greedy(logits: Tensor, result: Output, workspace: Optional[Tensor]) -> DeviceOp:
@@ -507,7 +496,7 @@ def sample(logits: Tensor, *, temperature: float, top_k: int = 0, top_p: float =
     check_options(temperature, top_k, top_p, seed)
     workspace = _workspace(op, workspace, logits)
     result = _output(op, out, logits)
-    _check_apart(op, workspace, out)
+    check_disjoint(op, {"workspace": workspace, "out": out}, {"logits": logits})
     if temperature == 0:
         return _greedy(logits, result, workspace).then(lambda r: result.tensor(r.out))
     offset = _offset(op, offset, logits)
