@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from ._callsite import caller_location
 from .deviceops.deviceop import DeviceOp
 from .driver.ledger import LEDGER, release_all, take_loans
-from .driver.stream import current_stream
+from .driver.stream import HeldUntilComplete, current_stream
 from .errors import AliasingError, ArgumentError, DeviceOpError, Location
 from .host.export import loaned_capsule
 from .host.tensor import Tensor
@@ -232,7 +232,7 @@ class _CollectiveOp(DeviceOp):
         then they are the stream's (later work on it may use the buffers), as a launch's."""
         for loan in self._loans:
             loan.stream = stream
-        stream.on_complete(self._loans, [_Holding(self._tensors)], self._where)
+        stream.on_complete(self._loans, [HeldUntilComplete(self._tensors)], self._where)
 
     def _hand_to_torch(self, dist: Any, views: list) -> Any:
         """The collective handed to torch.distributed, which returns its work object; one
@@ -287,19 +287,6 @@ class _Deferred(Exception):
     def __init__(self, error: ArgumentError):
         super().__init__(str(error))
         self.error = error
-
-
-class _Holding:
-    """Keeps a GPU collective's tensors alive until its stream is synchronized (handed to the
-    stream as what the work borrowed besides its loans)."""
-
-    __slots__ = ("tensors",)
-
-    def __init__(self, tensors: list):
-        self.tensors = tensors
-
-    def _spend(self, why: str, where: Any) -> None:
-        self.tensors = []
 
 
 def _check_tensor(name: str, label: str, t: Any, where: Location) -> None:

@@ -298,11 +298,12 @@ def test_memory_a_call_makes_is_kept_for_a_capture_and_held_until_eager_work_com
     monkeypatch.setattr(_torch, "_RECORDED_ALLOCATIONS", [])
     K.sample(logits, temperature=1.0, top_k=5, seed=9, offset=7)
     assert _torch._RECORDED_ALLOCATIONS == []
-    held = [item for _, _, spent in stream._marks for item, _ in spent
-            if isinstance(item, _torch._HeldUntilComplete)]
-    assert {type(item.held).__name__ for item in held} == {"Allocation", "Tensor"}
+    from tilesafe.driver.stream import HeldUntilComplete
+    holders = [item for _, _, spent in stream._marks for item, _ in spent
+               if isinstance(item, HeldUntilComplete)]
+    assert {type(held).__name__ for h in holders for held in h.held} == {"Allocation", "Tensor"}
     stream.release_completed()
-    assert all(item.held is None for item in held)
+    assert all(h.held is None for h in holders)
 
 
 def test_a_pending_eager_call_keeps_its_imports_so_a_new_import_sees_its_loans(monkeypatch):

@@ -76,6 +76,20 @@ class _StreamState:
         _hand_back(pending, spent)
 
 
+class HeldUntilComplete:
+    """What work handed to a stream uses besides its loans (tensors, allocations: ``held``),
+    kept alive with the work: an item of :meth:`Stream.on_complete`, let go by the
+    synchronize or ``release_completed`` that sees the work complete."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: Any):
+        self.held = held
+
+    def _spend(self, why: str, where: Any) -> None:
+        self.held = None
+
+
 def _hand_back(pending: list, spent: list) -> None:
     """Hand back what completed work borrowed besides its loans (``spent``: ``(item, where)``),
     every item whatever the others raise, then end its loans ``pending``; then raise the first

@@ -125,4 +125,3 @@ def output_partition(op: str, out: Any, shape: Sequence[int], flat: Sequence[int
 
 def next_power_of_two(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
-

@@ -13,10 +13,11 @@ the next library call with torch tensors on that device (whichever of torch's st
 runs on: work on one stream, synchronized, then a call on another, as torch code does) or by
 :func:`release_completed`. So a tilesafe tensor over the same memory stays protected while
 the work is pending; torch itself orders its own use of the tensors by the stream, as for its
-own ops. Memory tilesafe allocates for a call itself (not its outputs, which torch allocates:
-a value ``sample`` makes of an int offset) is held until then too. A failed run-time check of an earlier call
-(``IndexOutOfRangeError``, ``PositionsError``) is raised by the first library call on the device
-after that work completed, or by :func:`release_completed`.
+own ops. The call's imports, and memory tilesafe allocates for the call itself (not its
+outputs, which torch allocates: a value ``sample`` makes of an int offset), are held until
+then too. A failed run-time check of an earlier call (``IndexOutOfRangeError``,
+``PositionsError``) is raised by the first library call on the device after that work
+completed, or by :func:`release_completed`.
 
 While torch captures a CUDA graph on the stream, nothing runs: the launch is recorded into
 torch's graph and its loans end at once (a torch graph's replays are torch's to order). The
@@ -38,7 +39,7 @@ from typing import Any, Callable, Optional
 from .._callsite import caller_location
 from ..deviceops.deviceop import DeviceOp
 from ..driver.ledger import retaining_new_allocations
-from ..driver.stream import Stream, next_stream, set_current_stream
+from ..driver.stream import HeldUntilComplete, Stream, next_stream, set_current_stream
 from ..dtypes import DType
 from ..errors import ArgumentError
 from ..host.interop import from_dlpack
@@ -165,13 +166,12 @@ def _call_with_torch(fn: Callable[..., DeviceOp], args: tuple, kwargs: dict) -> 
                 raise
     if capturing:
         # recorded into torch's graph, nothing ran (module docstring); a fault record its
-        # replays may write is never handed to another launch, and memory tilesafe allocated
-        # for the launches is never freed
+        # replays may write is never handed to another launch
         _RECORDED_FAULT_RECORDS.extend(stream._release_recorded(keep=_is_fault_record))
+    if stream is not None:
         _hold(made, back, stream, capturing, where)
-    elif stream is not None:
-        _hold(made, back, stream, capturing, where)
-        stream.mark()
+        if not capturing:
+            stream.mark()
     return _to_torch(result, back)
 
 
@@ -188,21 +188,7 @@ def _hold(made: list, back: dict, stream: Stream, capturing: bool, where: Any) -
         return
     held = [*made, *(mine for mine, _ in back.values())]
     if held:
-        stream.on_complete([], [_HeldUntilComplete(item) for item in held], where)
-
-
-class _HeldUntilComplete:
-    """What a call on torch tensors holds for its work (an allocation, an import), handed to
-    the stream with that work and let go when it has completed (``Stream.release_completed``).
-    """
-
-    __slots__ = ("held",)
-
-    def __init__(self, held: Any):
-        self.held = held
-
-    def _spend(self, why: str, where: Any) -> None:
-        self.held = None
+        stream.on_complete([], [HeldUntilComplete(held)], where)
 
 
 def _capturing(device: Any) -> bool:
