@@ -332,3 +332,36 @@ def test_a_pending_eager_call_keeps_its_imports_so_a_new_import_sees_its_loans(m
     stream.release_completed()
     again.copy_(ts.zeros((4, 64)).sync()).sync()
     assert bool((x == 0).all())
+
+
+def test_memory_a_call_made_is_held_when_its_enqueue_fails_part_way(monkeypatch):
+    """A call whose first launch is enqueued and whose next step then fails: what the call
+    allocated for itself, and its imports, are handed to the stream with the enqueued work
+    (which may still read them), not dropped with the error."""
+    import numpy as np
+
+    from tilesafe.driver.stream import HeldUntilComplete
+    from tilesafe.kernels import _torch
+    stream = ts.Stream("cpu")
+    monkeypatch.setattr(_torch, "_stream_of", lambda device: stream)
+    monkeypatch.setattr(_torch, "_capturing", lambda device: False)
+    monkeypatch.setattr(_torch, "_release_completed", lambda index=None: None)
+    monkeypatch.setattr(_torch, "reserve_fault_records", lambda count, device=None: None)
+    made = []
+
+    def failing_step(result):
+        raise RuntimeError("the second step failed")
+
+    @accepts_torch
+    def scaled_then_fail(x, *, out=None):
+        scratch = ts.tensor(np.full((1, 1), 3.0, np.float32)).sync()  # (the call's own memory)
+        made.append(scratch._alloc)
+        result = Output(out, x.shape, ts.float32, x.device, op="scaled_then_fail")
+        return _scaled(result.partition((1, 128)), x, 2.0).then(failing_step)
+    x = torch.ones(2, 100)
+    with pytest.raises(RuntimeError, match="the second step failed"):
+        scaled_then_fail(x)
+    holders = [item for item, _ in stream._spent if isinstance(item, HeldUntilComplete)]
+    assert len(holders) == 1 and made[0] in holders[0].held
+    stream.synchronize()
+    assert holders[0].held is None
